@@ -1,0 +1,1 @@
+"""tinyllm: the course's small inference engine (reference solutions)."""
