@@ -7,12 +7,42 @@ package can never make the reference look broken.
 import sys
 from pathlib import Path
 
+import pytest
+
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 sys.path.insert(0, str(SOLUTIONS))
 
-_loaded = sys.modules.get("tinyllm")
-if _loaded is not None and SOLUTIONS not in Path(_loaded.__file__).resolve().parents:
-    raise ImportError(
-        f"tinyllm was already imported from {_loaded.__file__}; the project tests need the "
-        f"reference in {SOLUTIONS} (run them in a separate pytest process from OL_IMPL runs)"
-    )
+
+@pytest.fixture(scope="session", autouse=True)
+def reference_package():
+    """Refuse to run if ``tinyllm`` resolved elsewhere (an ``OL_IMPL`` run in the same process)."""
+    import tinyllm
+
+    where = Path(tinyllm.__file__).resolve()
+    if SOLUTIONS not in where.parents:
+        pytest.fail(f"tinyllm was imported from {where}, not the reference in {SOLUTIONS}; "
+                    "run the project tests in a pytest process without OL_IMPL")
+    return tinyllm
+
+
+class CountingRng:
+    """A Pcg32 that counts the floats drawn from it, so a test can check how many draws a step made."""
+
+    def __init__(self, seed: int, stream: int = 54) -> None:
+        from tinyllm.pcg32 import Pcg32
+
+        self.inner = Pcg32(seed, stream)
+        self.draws = 0
+
+    def next_u32(self) -> int:
+        return self.inner.next_u32()
+
+    def next_f64(self) -> float:
+        self.draws += 1
+        return self.inner.next_f64()
+
+
+@pytest.fixture
+def counting_rng():
+    """The :class:`CountingRng` class: call it with a seed."""
+    return CountingRng
