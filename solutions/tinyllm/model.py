@@ -1,0 +1,266 @@
+"""A tiny llama in numpy float32, its K/V kept in KvPool blocks (given code, L7.9).
+
+One layer: ``x += attention(rmsnorm(x))`` then ``x += swiglu(rmsnorm(x))``; rotary positions on
+queries and keys; ``n_kv_heads`` K/V heads each shared by ``n_heads / n_kv_heads`` query heads.
+Position ``p`` of a sequence keeps its K/V in block ``table[p // B]`` at slot ``p % B``.
+
+Batch invariance. :meth:`TinyLlama.forward` scores many (table, position, id) rows at once, and
+row ``j`` is bitwise the row a forward of that token alone would give, whatever else is in the
+batch. Three choices make it so:
+
+- every matmul runs as gemms of exactly 16 rows (zero-padded). BLAS chooses its kernel, and so
+  the order in which it sums each output, from the shape of the whole call (OpenBLAS switches
+  kernels around a million multiply-adds); with the shape fixed, a row's result depends on that
+  row alone;
+- attention is computed per group of rows sharing a block table and a block count, over all the
+  slots of those blocks with later positions masked out: a row's reductions run over the same
+  slots whoever shares its group;
+- rotary angles come from a table built in fixed chunks of positions, never from the batch.
+
+``tests/test_model.py`` checks the claim bitwise. It rests on the BLAS treating every row of a
+fixed-shape gemm alike, which holds for OpenBLAS (numpy's wheels); a BLAS that did not would
+break it by a few float32 ulps.
+"""
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .kvpool import KvPool
+
+_ROPE_CHUNK = 1024
+GEMM_ROWS = 16
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """Shapes of the model. ``tied`` means the output head is the embedding matrix transposed."""
+
+    vocab: int = 256
+    dim: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    hidden: int = 172
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    tied: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("vocab", "dim", "n_layers", "n_heads", "n_kv_heads", "hidden"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"LlamaConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.dim % self.n_heads or (self.dim // self.n_heads) % 2:
+            raise ValueError(f"dim {self.dim} must split into {self.n_heads} heads of even size")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
+        if not self.rope_theta > 0 or not self.norm_eps > 0:
+            raise ValueError("rope_theta and norm_eps must be > 0")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every weight's name and shape. Matrices are stored (in, out): ``y = x @ w``."""
+        c, hd = self, self.head_dim
+        out = {"tok_emb": (c.vocab, c.dim), "norm": (c.dim,)}
+        if not c.tied:
+            out["output"] = (c.dim, c.vocab)
+        for i in range(c.n_layers):
+            out |= {
+                f"layers.{i}.attn_norm": (c.dim,),
+                f"layers.{i}.wq": (c.dim, c.n_heads * hd),
+                f"layers.{i}.wk": (c.dim, c.n_kv_heads * hd),
+                f"layers.{i}.wv": (c.dim, c.n_kv_heads * hd),
+                f"layers.{i}.wo": (c.n_heads * hd, c.dim),
+                f"layers.{i}.mlp_norm": (c.dim,),
+                f"layers.{i}.w_gate": (c.dim, c.hidden),
+                f"layers.{i}.w_up": (c.dim, c.hidden),
+                f"layers.{i}.w_down": (c.hidden, c.dim),
+            }
+        return out
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` as gemms of exactly ``GEMM_ROWS`` rows of ``a`` each (the last one zero-padded).
+
+    BLAS picks its kernel, and with it the order of each row's sums, from the whole matrix's
+    shape; with the shape fixed, a row's result depends on that row alone.
+    """
+    rows = a.shape[-2]
+    padded = -(-rows // GEMM_ROWS) * GEMM_ROWS
+    if padded != rows:
+        pad = np.zeros(a.shape[:-2] + (padded - rows, a.shape[-1]), dtype=a.dtype)
+        a = np.concatenate([a, pad], axis=-2)
+    chunks = a.reshape(a.shape[:-2] + (padded // GEMM_ROWS, GEMM_ROWS, a.shape[-1]))
+    out = chunks @ b[..., None, :, :]
+    return out.reshape(out.shape[:-3] + (padded, b.shape[-1]))[..., :rows, :]
+
+
+def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    scale = np.float32(1.0) / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps))
+    return x * scale * weight
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):  # exp(-x) overflows to inf for x < -88: silu is then -0
+        return x / (np.float32(1.0) + np.exp(-x))
+
+
+class TinyLlama:
+    """The model: a config and float32 weights named as in :meth:`LlamaConfig.shapes`."""
+
+    def __init__(self, config: LlamaConfig, weights: dict[str, np.ndarray]) -> None:
+        expected = config.shapes()
+        missing = sorted(set(expected) - set(weights))
+        extra = sorted(set(weights) - set(expected))
+        if missing or extra:
+            raise ValueError(f"weights do not fit the config: missing {missing}, unexpected {extra}")
+        self.config = config
+        self.weights = {}
+        for name, shape in expected.items():
+            w = np.ascontiguousarray(weights[name], dtype=np.float32)
+            if w.shape != shape:
+                raise ValueError(f"weight {name} has shape {w.shape}, expected {shape}")
+            self.weights[name] = w
+        # One gemm per projection group reads the weights once for all rows.
+        self._layers = []
+        for i in range(config.n_layers):
+            w = {key.split(".", 2)[2]: self.weights[key] for key in expected if key.startswith(f"layers.{i}.")}
+            self._layers.append({
+                "attn_norm": w["attn_norm"], "mlp_norm": w["mlp_norm"], "wo": w["wo"],
+                "wqkv": np.concatenate([w["wq"], w["wk"], w["wv"]], axis=1),
+                "w_gate_up": np.concatenate([w["w_gate"], w["w_up"]], axis=1),
+                "w_down": w["w_down"],
+            })
+        self._head = np.ascontiguousarray(self.weights["tok_emb"].T if config.tied else self.weights["output"])
+        half = config.head_dim // 2
+        self._inv_freq = config.rope_theta ** (-np.arange(half, dtype=np.float64) / half)
+        self._cos = np.zeros((0, half), dtype=np.float32)
+        self._sin = np.zeros((0, half), dtype=np.float32)
+
+    @staticmethod
+    def random(config: LlamaConfig, seed: int) -> "TinyLlama":
+        """Seeded weights: normal with std ``1/sqrt(fan_in)``, norms 1, embeddings std 1."""
+        rng = np.random.default_rng(seed)
+        weights = {}
+        for name, shape in config.shapes().items():
+            if len(shape) == 1:
+                weights[name] = np.ones(shape, dtype=np.float32)
+            else:
+                std = 1.0 if name == "tok_emb" else shape[0] ** -0.5
+                weights[name] = (rng.standard_normal(shape) * std).astype(np.float32)
+        return TinyLlama(config, weights)
+
+    @staticmethod
+    def load(path: str | Path) -> "TinyLlama":
+        with np.load(path, allow_pickle=False) as data:
+            config = LlamaConfig(**json.loads(str(data["config_json"])))
+            weights = {name: data[name] for name in data.files if name != "config_json"}
+        return TinyLlama(config, weights)
+
+    def save(self, path: str | Path) -> None:
+        """An ``.npz`` holding every weight and the config as JSON under ``config_json``."""
+        np.savez(path, config_json=np.array(json.dumps(asdict(self.config))), **self.weights)
+
+    def new_pool(self, num_blocks: int, block_tokens: int) -> KvPool:
+        c = self.config
+        return KvPool(num_blocks, block_tokens, c.n_layers, c.n_kv_heads, c.head_dim)
+
+    def _rope_tables(self, top: int) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sin for positions ``0..top``, grown a fixed chunk at a time."""
+        while self._cos.shape[0] <= top:
+            start = self._cos.shape[0]
+            angles = np.arange(start, start + _ROPE_CHUNK, dtype=np.float64)[:, None] * self._inv_freq
+            self._cos = np.concatenate([self._cos, np.cos(angles).astype(np.float32)])
+            self._sin = np.concatenate([self._sin, np.sin(angles).astype(np.float32)])
+        return self._cos, self._sin
+
+    def forward(self, pool: KvPool, tables: Sequence[Sequence[int]], positions: Sequence[int],
+                ids: Sequence[int], write: Sequence[bool] | None = None) -> np.ndarray:
+        """Score ``len(ids)`` rows in one pass; returns float32 logits of shape ``(len(ids), vocab)``.
+
+        Row ``j`` is token ``ids[j]`` at position ``positions[j]`` of the sequence whose block table
+        is ``tables[j]``: its K/V is written to that position's slot (unless ``write[j]`` is False,
+        for a slot already holding it) and it attends to positions ``0..positions[j]`` of the table.
+        """
+        c = self.config
+        n = len(ids)
+        if not (len(tables) == len(positions) == n) or (write is not None and len(write) != n):
+            raise ValueError(f"tables, positions, ids (and write) must have one length, got "
+                             f"{len(tables)}, {len(positions)}, {n}"
+                             + ("" if write is None else f", {len(write)}"))
+        if n == 0:
+            return np.zeros((0, c.vocab), dtype=np.float32)
+        if pool.k.shape[0] != c.n_layers or pool.k.shape[3:] != (c.n_kv_heads, c.head_dim):
+            raise ValueError(f"pool storage {pool.k.shape} does not fit this model; use model.new_pool")
+        ids_arr = np.asarray(ids, dtype=np.int64)
+        pos = np.asarray(positions, dtype=np.int64)
+        if ids_arr.min() < 0 or ids_arr.max() >= c.vocab:
+            raise ValueError(f"token ids must be in [0, {c.vocab}), got {ids_arr.min()}..{ids_arr.max()}")
+        if pos.min() < 0:
+            raise ValueError(f"positions must be >= 0, got {pos.min()}")
+        bt = pool.block_tokens
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for j in range(n):
+            nb = int(pos[j]) // bt + 1
+            if nb > len(tables[j]):
+                raise ValueError(f"row {j}: position {pos[j]} needs {nb} blocks, its table has {len(tables[j])}")
+            groups.setdefault(tuple(int(b) for b in tables[j][:nb]), []).append(j)
+        blocks = np.array([tables[j][int(pos[j]) // bt] for j in range(n)], dtype=np.int64)
+        if blocks.min() < 0 or blocks.max() >= pool.num_blocks:
+            raise ValueError(f"block ids must be in [0, {pool.num_blocks}), got {blocks.min()}..{blocks.max()}")
+        slots = pos % bt
+        keep = np.ones(n, dtype=bool) if write is None else np.asarray(write, dtype=bool)
+        cos, sin = self._rope_tables(int(pos.max()))
+        cos, sin = cos[pos][:, None, :], sin[pos][:, None, :]
+        plan = [(np.array(rows), list(table), pos[rows]) for table, rows in groups.items()]
+
+        hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
+        x = self.weights["tok_emb"][ids_arr]
+        for layer, w in enumerate(self._layers):
+            qkv = matmul(rmsnorm(x, w["attn_norm"], c.norm_eps), w["wqkv"])
+            q = _rotate(qkv[:, :nh * hd].reshape(n, nh, hd), cos, sin)
+            k = _rotate(qkv[:, nh * hd:(nh + nkv) * hd].reshape(n, nkv, hd), cos, sin)
+            v = qkv[:, (nh + nkv) * hd:].reshape(n, nkv, hd)
+            pool.k[layer, blocks[keep], slots[keep]] = k[keep]
+            pool.v[layer, blocks[keep], slots[keep]] = v[keep]
+            q = q * np.float32(hd ** -0.5)
+            att = np.empty((n, nh * hd), dtype=np.float32)
+            for rows, table, row_pos in plan:
+                att[rows] = self._attend(pool, layer, q[rows], table, row_pos)
+            x = x + matmul(att, w["wo"])
+            gate_up = matmul(rmsnorm(x, w["mlp_norm"], c.norm_eps), w["w_gate_up"])
+            x = x + matmul(silu(gate_up[:, :c.hidden]) * gate_up[:, c.hidden:], w["w_down"])
+        return matmul(rmsnorm(x, self.weights["norm"], c.norm_eps), self._head)
+
+    def _attend(self, pool: KvPool, layer: int, q: np.ndarray, table: list[int],
+                positions: np.ndarray) -> np.ndarray:
+        """Causal attention of ``g`` rows of one table over every slot of its first blocks."""
+        c = self.config
+        g, nkv, hd = q.shape[0], c.n_kv_heads, c.head_dim
+        group = c.n_heads // nkv
+        span = len(table) * pool.block_tokens
+        keys = pool.k[layer, table].reshape(span, nkv, hd).transpose(1, 2, 0)     # (nkv, hd, span)
+        values = pool.v[layer, table].reshape(span, nkv, hd).transpose(1, 0, 2)   # (nkv, span, hd)
+        # Query head h reads K/V head h // group; rows of one K/V head are (row, head in group).
+        qh = q.reshape(g, nkv, group, hd).transpose(1, 0, 2, 3).reshape(nkv, g * group, hd)
+        scores = matmul(qh, keys)
+        future = np.repeat(np.arange(span)[None, :] > positions[:, None], group, axis=0)
+        scores = np.where(future, np.float32(-np.inf), scores)
+        probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        probs /= probs.sum(axis=-1, keepdims=True)
+        out = matmul(probs, values)
+        return out.reshape(nkv, g, group, hd).transpose(1, 0, 2, 3).reshape(g, nkv * group * hd)
+
+
+def _rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Rotary positions, half-split pairing: dimension ``i`` turns with ``i + head_dim/2``."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
