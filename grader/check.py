@@ -1,0 +1,159 @@
+"""``ol check``: run a module's graded tests against the learner's code; the exit code is the verdict."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from grader import assemble
+from grader.catalog import Catalog, Module, Pitfall, check_fixtures, load_catalog
+from grader.errors import OlError, UsageError
+from grader.run import SuiteRun, TestOutcome, run_suite
+from grader.workspace import Workspace, resolve_workspace
+
+MAX_HINTS = 3
+RESULTS_VERSION = 3
+LABELS = {"pass": "pass", "fail": "FAIL", "error": "ERROR"}
+
+
+def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, keyword: str | None = None,
+          timeout: float | None = None, json_path: str | None = None) -> int:
+    """Check ``module_id`` in the workspace: 0 when every selected test passes, 1 otherwise.
+
+    Usage problems raise :class:`UsageError` (exit 2), a grader that cannot run
+    :class:`GraderError` (exit 3); with ``json_path`` either is also written there as an error.
+    """
+    try:
+        catalog = load_catalog()
+        module = catalog.get(module_id)
+        if timeout is not None and not timeout > 0:
+            raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+        ws = resolve_workspace(workspace)
+        missing = ws.missing_files(module)
+        if missing:
+            raise UsageError(f"{module.id} is not started: {_names(missing)} not in {ws.package}. "
+                             f"Run: ol start {module.id}")
+        check_fixtures(module)
+        if not ref_deps:
+            _require_needs(catalog, module, ws)
+        sources = assemble.plan(catalog, module, ws, ref_deps)
+        print(f"Checking {module.id} ({module.title}) in {ws.root}")
+        _print_sources(sources)
+        run = _run(module, sources, timeout, keyword, _print_outcome)
+    except OlError as err:
+        if json_path:
+            _write_json(json_path, module_id, "error", str(err), [])
+        raise
+    if not run.outcomes and not run.problem:
+        message = f"no test of {module.id} matches -k {keyword!r}; see: ol tests {module.id}"
+        if json_path:
+            _write_json(json_path, module.id, "error", message, [])
+        raise UsageError(message)
+    _print_summary(module, run, keyword)
+    statuses = {name: o.status for name, o in run.outcomes.items()}
+    ws.record_check(module.id, statuses, full=keyword is None, ref_deps=ref_deps,
+                    digest=assemble.digest(sources, module) if keyword is None else None)
+    if json_path:
+        status = "pass" if run.all_passed and not run.problem else "fail" if run.outcomes else "error"
+        _write_json(json_path, module.id, status, run.problem, list(run.outcomes.values()))
+    return 0 if run.all_passed and not run.problem else 1
+
+
+def pitfall_hints(module: Module, run: SuiteRun) -> list[Pitfall]:
+    """Named pitfalls whose catching test failed on an assertion (not a stub, crash, or timeout).
+
+    Nothing is hinted when every test fails: that is a missing piece, not a pitfall.
+    """
+    if len(run.failed) == len(run.outcomes):
+        return []
+    failing = {n for n, o in run.outcomes.items() if o.status == "fail" and "NotImplementedError" not in (o.message or "")}
+    return [p for p in module.pitfalls if p.caught_by in failing]
+
+
+def _run(module: Module, sources: list[assemble.Source], timeout: float | None, keyword: str | None,
+         on_outcome) -> SuiteRun:
+    with tempfile.TemporaryDirectory(prefix="ol-check-") as tmp:
+        impl = assemble.build(sources, Path(tmp))
+        return run_suite(module, impl, timeout=timeout, keyword=keyword, on_outcome=on_outcome)
+
+
+def _require_needs(catalog: Catalog, module: Module, ws: Workspace) -> None:
+    """Refuse (exit 2) when a module ``module`` needs is not started or not passing in the workspace.
+
+    A needed module's verdict is reused from its last check when its sources have not changed
+    since; otherwise its suite runs first.
+    """
+    needs = catalog.needs_of(module)
+    for dep in needs:
+        missing = ws.missing_files(dep)
+        if missing:
+            raise UsageError(f"{module.id} needs {dep.id}, and {_names(missing)} not in your workspace. "
+                             f"Check against the reference's {dep.id} with: ol check {module.id} --ref-deps "
+                             f"(or start it: ol start {dep.id})")
+    for dep in needs:
+        sources = assemble.plan(catalog, dep, ws, ref_deps=False)
+        fingerprint = assemble.digest(sources, dep)
+        last = ws.last_checks().get(dep.id, {})
+        if last.get("digest") == fingerprint:
+            statuses = last.get("tests", {})
+        else:
+            check_fixtures(dep)
+            print(f"{module.id} needs {dep.id}; checking your {dep.id} first ...", flush=True)
+            run = _run(dep, sources, None, None, None)
+            statuses = {name: o.status for name, o in run.outcomes.items()}
+            ws.record_check(dep.id, statuses, full=True, ref_deps=False, digest=fingerprint)
+        failing = [n for n in dep.test_names if statuses.get(n) != "pass"]
+        if failing:
+            shown = ", ".join(failing[:3]) + (", ..." if len(failing) > 3 else "")
+            raise UsageError(f"{module.id} needs {dep.id}, and your {dep.id} fails {len(failing)} of {len(dep.tests)} "
+                             f"tests ({shown}). Fix it (ol check {dep.id}), or check {module.id} against the "
+                             f"reference's {dep.id}: ol check {module.id} --ref-deps")
+
+
+def _names(files: list[str]) -> str:
+    listed = ", ".join(f"tinyllm/{f}" for f in files)
+    return f"{listed} is" if len(files) == 1 else f"{listed} are"
+
+
+def _print_sources(sources: list[assemble.Source]) -> None:
+    width = max(len(s.name) for s in sources) + len("tinyllm/")
+    for s in sources:
+        print(f"  {'tinyllm/' + s.name:<{width}}  {s.origin} ({s.why})")
+    print(flush=True)
+
+
+def _print_outcome(outcome: TestOutcome) -> None:
+    label = "TIMEOUT" if outcome.timed_out else LABELS[outcome.status]
+    reason = f"  {outcome.message}" if outcome.status != "pass" and outcome.message else ""
+    print(f"  {label:<7}  {outcome.name}{reason}", flush=True)
+
+
+def _print_summary(module: Module, run: SuiteRun, keyword: str | None) -> None:
+    total = len(run.outcomes)
+    scope = f" (selected with -k {keyword!r}; the module has {len(module.tests)})" if keyword else ""
+    print(f"\n{len(run.passed)} of {total} tests passed{scope}.")
+    if run.problem:
+        print(f"Note: {run.problem}.")
+    if run.extra:
+        print(f"Note: the suite has tests the catalog does not list, not counted: {', '.join(run.extra)}.")
+    hints = pitfall_hints(module, run)
+    for pitfall in hints[:MAX_HINTS]:
+        print(f"Hint ({pitfall.caught_by} failed): pitfall {pitfall.id}, \"{pitfall.title}\": {pitfall.symptom}.")
+    if len(hints) > MAX_HINTS:
+        print(f"... and {len(hints) - MAX_HINTS} more pitfalls caught by the same tests (ol tests {module.id}).")
+
+
+def _write_json(path: str, module_id: str, status: str, message: str | None, outcomes: list[TestOutcome]) -> None:
+    """Per-test results in the format grader/README.md documents (exercism test-runner v3 fields)."""
+    results = {
+        "version": RESULTS_VERSION,
+        "status": status,
+        "message": message,
+        "module": module_id,
+        "tests": [{"name": o.name, "status": o.status, "message": o.message, "duration": o.duration} for o in outcomes],
+    }
+    try:
+        Path(path).write_text(json.dumps(results, indent=2) + "\n")
+    except OSError as err:
+        raise UsageError(f"cannot write the results to {path}: {err}") from err

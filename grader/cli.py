@@ -1,0 +1,106 @@
+"""The ``ol`` command: parses arguments and calls one function per verb. Defaults live in those functions."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+from grader.errors import OlError
+
+DESCRIPTION = """ol grades the course's modules.
+
+Learner:    ol list; ol start L10.8; ol tests L10.8; ol check L10.8 [--ref-deps]; ol diff L10.8
+Instructor: ol mutants L10.8 (every named pitfall must be caught by its named test)
+
+The workspace is the folder holding your tinyllm/ package: the current folder, or --workspace DIR,
+or the OL_WORKSPACE environment variable."""
+
+CHECK_EPILOG = """exit codes: 0 every test passed, 1 a test failed or timed out, 2 usage (unknown module,
+module not started, a needed module not passing without --ref-deps), 3 the grader could not run
+(a fixture that does not match its catalog entry)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ol", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--workspace", metavar="DIR", help="the folder holding your tinyllm/ (default: OL_WORKSPACE or the current folder)")
+
+    verbs.add_parser("list", parents=[where], help="the modules, what each needs, and your status",
+                     description="List the modules, what each needs, and your status at your last check.")
+
+    start = verbs.add_parser("start", parents=[where], help="write a module's stubs into your tinyllm/",
+                             description="Write the module's stubs into your tinyllm/. Never overwrites your files.")
+    start.add_argument("module", help="a module id, e.g. L10.8")
+    start.add_argument("--force", action="store_true", help="replace your files with fresh stubs, keeping a timestamped backup in .ol/backups/")
+
+    tests = verbs.add_parser("tests", help="a module's graded tests: kind, what each checks, why it matters",
+                             description="Show a module's graded tests and the pitfalls they catch.")
+    tests.add_argument("module", help="a module id, e.g. L10.8")
+
+    check = verbs.add_parser("check", parents=[where], help="run a module's graded tests on your code (exit code is the verdict)",
+                             description="Run the module's graded tests in a separate process against your files.",
+                             epilog=CHECK_EPILOG)
+    check.add_argument("module", help="a module id, e.g. L10.8")
+    check.add_argument("--ref-deps", action="store_true", help="take the modules this one needs from the reference, not your workspace")
+    check.add_argument("-k", dest="keyword", metavar="EXPR", help="run only the tests whose names match EXPR (pytest's -k)")
+    check.add_argument("--timeout", type=float, metavar="S", help="seconds each test may run (default: the module's, from its catalog)")
+    check.add_argument("--json", dest="json_path", metavar="FILE", help="also write per-test results to FILE (format: grader/README.md)")
+
+    diff = verbs.add_parser("diff", parents=[where], help="the first cases where your answers differ from the reference's",
+                            description="For the module's differential tests, show the first few cases where your code and the reference disagree.")
+    diff.add_argument("module", help="a module id, e.g. L10.8")
+    diff.add_argument("--ref-deps", action="store_true", help="take the modules this one needs from the reference")
+    diff.add_argument("--cases", type=int, default=3, metavar="N", help="differing cases to show per test (default 3)")
+
+    mutants = verbs.add_parser("mutants", help="for instructors: prove each named pitfall is caught by its named test",
+                               description="Apply each named pitfall's mutant to a copy of the reference, run the graded "
+                                           "suite, and print the kill matrix. Exit 1 if a mutant survives or escapes its named test.")
+    mutants.add_argument("module", help="a module id, or 'all'")
+    mutants.add_argument("--jobs", type=int, default=2, metavar="N", help="mutants run at once (default 2)")
+    return parser
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    if args.verb == "list":
+        from grader.listing import list_modules
+        return list_modules(args.workspace)
+    if args.verb == "start":
+        from grader.start import start
+        return start(args.module, args.workspace, args.force)
+    if args.verb == "tests":
+        from grader.tests_table import show_tests
+        return show_tests(args.module)
+    if args.verb == "check":
+        from grader.check import check
+        return check(args.module, args.workspace, args.ref_deps, args.keyword, args.timeout, args.json_path)
+    if args.verb == "diff":
+        from grader.diff import diff
+        return diff(args.module, args.workspace, args.ref_deps, args.cases)
+    from grader.mutants import mutants
+    return mutants(args.module, args.jobs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return dispatch(args)
+    except OlError as err:
+        sys.stdout.flush()
+        print(f"ol: {err}", file=sys.stderr)
+        return err.exit_code
+    except BrokenPipeError:
+        # The reader (``ol tests | head``) left; say nothing more to it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("ol: interrupted", file=sys.stderr)
+        return 130
+    except Exception:
+        sys.stdout.flush()
+        traceback.print_exc()
+        print("ol: internal error (the traceback above is a bug in ol, not in your code)", file=sys.stderr)
+        return 3

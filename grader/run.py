@@ -1,0 +1,350 @@
+"""Run a module's graded suite in a child process and decide each test's outcome from its records.
+
+The child is ``python -m pytest`` with ol's recorder plugin (:mod:`grader.recorder`) and no other
+plugin, configuration, or cache. The plugin streams one record per test over a pipe; this module
+is the watchdog: a test that runs past its timeout has its whole process group killed (a loop in
+Python or inside numpy's C code stops all the same), is recorded as timed out, and the remaining
+tests run in a fresh process. A test passes only when its own record says so; a process that
+exits early, hangs at import, or never reports a test fails those tests with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from grader.catalog import Module
+from grader.recorder import FD_ENV, NONCE_ENV
+
+# Starting Python, numpy and pytest, and importing the suite, on a busy machine.
+STARTUP_ALLOWANCE = 10.0
+# How long a finished session may take to exit (atexit handlers of the code under test).
+EXIT_GRACE = 3.0
+
+PYTEST_INI = """[pytest]
+addopts =
+python_files = test_*.py
+console_output_style = classic
+"""
+
+
+@dataclass
+class TestOutcome:
+    name: str                 # the catalog's test name (the pytest function without "test_")
+    status: str               # "pass" | "fail" | "error" (error: timed out or the process died)
+    message: str | None
+    duration: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.status == "error" and (self.message or "").startswith("timed out")
+
+
+@dataclass
+class SuiteRun:
+    outcomes: dict[str, TestOutcome]     # by test name, in catalog order, for the tests that were selected
+    problem: str | None = None           # what went wrong with the run as a whole, if anything
+    extra: list[str] = field(default_factory=list)   # test functions in the suite the catalog does not list
+
+    @property
+    def passed(self) -> list[str]:
+        return [n for n, o in self.outcomes.items() if o.status == "pass"]
+
+    @property
+    def failed(self) -> list[str]:
+        return [n for n, o in self.outcomes.items() if o.status != "pass"]
+
+    @property
+    def all_passed(self) -> bool:
+        return bool(self.outcomes) and not self.failed
+
+
+def run_limit(module: Module, timeout: float) -> float:
+    """The bound on a whole run: every test at its timeout, plus startup."""
+    return timeout * len(module.tests) + 2 * STARTUP_ALLOWANCE
+
+
+def run_suite(module: Module, impl: Path, timeout: float | None = None, keyword: str | None = None,
+              limit: float | None = None, on_outcome: Callable[[TestOutcome], None] | None = None) -> SuiteRun:
+    """Run ``module``'s graded suite against the ``tinyllm`` package in ``impl``.
+
+    ``timeout`` bounds each test (default: the catalog's), ``limit`` the whole run (default
+    :func:`run_limit`); ``keyword`` is pytest's ``-k``. ``on_outcome`` hears each test's outcome as
+    soon as it is known.
+    """
+    timeout = timeout or module.timeout
+    state = _RunState(module, keyword is not None, time.monotonic() + (limit or run_limit(module, timeout)), on_outcome)
+    with tempfile.TemporaryDirectory(prefix="ol-run-") as tmp:
+        rundir = Path(tmp)
+        (rundir / "pytest.ini").write_text(PYTEST_INI)
+        targets = [str(module.suite)]
+        while True:
+            _run_once(module, impl, rundir, targets, keyword if not state.restarted else None, timeout, state)
+            if state.stopped or not state.remaining():
+                break
+            state.restarted = True
+            targets = [f"{module.suite}::test_{name}" for name in state.remaining()]
+    return state.finish()
+
+
+class _RunState:
+    """What every child process of one run has reported so far."""
+
+    def __init__(self, module: Module, keyword: bool, deadline: float,
+                 on_outcome: Callable[[TestOutcome], None] | None) -> None:
+        self.module = module
+        self.catalog_names = module.test_names
+        self.expected: list[str] | None = None if keyword else list(self.catalog_names)
+        self.deadline = deadline
+        self.on_outcome = on_outcome
+        self.items: dict[str, list[str]] = {}              # test name -> its pytest node ids
+        self.item_results: dict[str, TestOutcome] = {}     # node id -> outcome
+        self.outcomes: dict[str, TestOutcome] = {}
+        self.collect_errors: list[str] = []
+        self.extra: list[str] = []
+        self.problem: str | None = None
+        self.stopped = False
+        self.restarted = False
+
+    def remaining(self) -> list[str]:
+        return [n for n in (self.expected or []) if n not in self.outcomes]
+
+    def collected(self, node_ids: list[str]) -> None:
+        names = {}
+        for node_id in node_ids:
+            function = node_id.split("::")[-1].split("[")[0]
+            name = function.removeprefix("test_")
+            if name in self.catalog_names:
+                names.setdefault(name, []).append(node_id)
+            elif function not in self.extra:
+                self.extra.append(function)
+        self.items.update(names)
+        if self.expected is None:
+            self.expected = [n for n in self.catalog_names if n in names]
+
+    def item_done(self, node_id: str, outcome: TestOutcome) -> None:
+        self.item_results[node_id] = outcome
+        name = outcome.name
+        nodes = self.items.get(name, [node_id])
+        if all(n in self.item_results for n in nodes):
+            parts = [self.item_results[n] for n in nodes]
+            bad = next((p for p in parts if p.status != "pass"), None)
+            label = ""
+            if bad is not None and len(nodes) > 1:
+                label = f"[{nodes[parts.index(bad)].split('[', 1)[1]} "
+            merged = TestOutcome(name, bad.status if bad else "pass",
+                                 f"{label}{bad.message}" if bad else None, sum(p.duration for p in parts))
+            self.settle(merged)
+
+    def settle(self, outcome: TestOutcome) -> None:
+        if outcome.name in self.outcomes or (self.expected is not None and outcome.name not in self.expected):
+            return
+        self.outcomes[outcome.name] = outcome
+        if self.on_outcome:
+            self.on_outcome(outcome)
+
+    def fail_remaining(self, status: str, message: str) -> None:
+        if self.expected is None:
+            self.problem = self.problem or message
+        for name in self.remaining():
+            self.settle(TestOutcome(name, status, message, 0.0))
+        self.stopped = True
+
+    def finish(self) -> SuiteRun:
+        if self.expected is None:
+            self.expected = []
+        ordered = {n: self.outcomes[n] for n in self.expected if n in self.outcomes}
+        return SuiteRun(ordered, self.problem, self.extra)
+
+
+def _child_env(impl: Path, fd: int, nonce: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update({
+        "OL_IMPL": str(impl),
+        FD_ENV: str(fd),
+        NONCE_ENV: nonce,
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    })
+    return env
+
+
+def _run_once(module: Module, impl: Path, rundir: Path, targets: list[str], keyword: str | None,
+              timeout: float, state: _RunState) -> None:
+    """One child process: run ``targets`` and feed its records into ``state`` until it ends or is killed."""
+    read_fd, write_fd = os.pipe()
+    nonce = secrets.token_hex(16)
+    command = [sys.executable, "-B", "-m", "pytest", *targets, "-p", "grader.recorder",
+               "-c", str(rundir / "pytest.ini"), "--rootdir", str(module.suite.parent),
+               "-p", "no:cacheprovider", "-p", "no:stepwise", "-q", "--no-header", "-rN"]
+    if keyword:
+        command += ["-k", keyword]
+    log_path = rundir / "output.log"
+    with open(log_path, "wb") as log:
+        try:
+            child = subprocess.Popen(command, cwd=rundir, env=_child_env(impl, write_fd, nonce), stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,), start_new_session=True)
+        finally:
+            os.close(write_fd)
+        try:
+            _watch(child, read_fd, nonce, timeout, state, log_path)
+        finally:
+            os.close(read_fd)
+            _kill_group(child)
+
+
+def _watch(child: subprocess.Popen, read_fd: int, nonce: str, timeout: float, state: _RunState,
+           log_path: Path) -> None:
+    selector = selectors.DefaultSelector()
+    selector.register(read_fd, selectors.EVENT_READ)
+    started = time.monotonic()
+    phase_deadline = started + timeout + STARTUP_ALLOWANCE
+    current: str | None = None       # node id of the test running now
+    current_start = 0.0
+    collected = ended = False
+    internal_error: str | None = None
+    buffer = b""
+    eof = False
+    while not eof:
+        now = time.monotonic()
+        deadline = min(phase_deadline, state.deadline)
+        if now >= deadline and ended and now < state.deadline:
+            break
+        if now >= deadline:
+            _kill_group(child)
+            if now >= state.deadline:
+                state.problem = "the whole check took longer than its bound and was stopped"
+                if current:
+                    state.item_done(current, _outcome(current, "error", "timed out: the whole check ran out of time", now - current_start))
+                state.fail_remaining("error", "not run: the whole check ran out of time")
+            elif current:
+                state.item_done(current, _outcome(current, "error", f"timed out after {timeout:g} s", now - current_start))
+            elif not collected:
+                state.fail_remaining("fail", f"importing the code under test took longer than {timeout + STARTUP_ALLOWANCE:g} s; "
+                                             "is there a loop at import time?")
+            else:
+                state.fail_remaining("fail", f"the test process stalled between tests for more than {timeout:g} s")
+            return
+        if not selector.select(deadline - now):
+            continue
+        chunk = os.read(read_fd, 65536)
+        eof = not chunk
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            record = _parse(line, nonce)
+            if record is None:
+                continue
+            event = record.get("event")
+            now = time.monotonic()
+            if event == "collected":
+                collected = True
+                state.collected([str(t) for t in record.get("tests", [])])
+                phase_deadline = now + timeout
+            elif event == "collect_error":
+                state.collect_errors.append(str(record.get("message") or "the suite could not be collected"))
+            elif event == "start":
+                current, current_start = str(record.get("id")), now
+                phase_deadline = now + timeout
+            elif event == "result" and record.get("id") == current:
+                status = "pass" if record.get("outcome") == "pass" else "fail"
+                state.item_done(current, _outcome(current, status, record.get("message"), float(record.get("duration") or 0.0)))
+                current = None
+                phase_deadline = now + timeout
+            elif event == "internal_error":
+                internal_error = str(record.get("message"))
+            elif event == "end":
+                ended = True
+                phase_deadline = now + EXIT_GRACE
+    status = _wait(child, EXIT_GRACE)
+    _conclude(state, child, status, current, current_start, collected, ended, internal_error, log_path)
+
+
+def _conclude(state: _RunState, child: subprocess.Popen, status: int | None, current: str | None,
+              current_start: float, collected: bool, ended: bool, internal_error: str | None, log_path: Path) -> None:
+    how = _exit_description(status)
+    if current is not None:
+        state.item_done(current, _outcome(current, "error", f"the test process {how} during this test "
+                                          "(did the code call os._exit or crash?)", time.monotonic() - current_start))
+        return
+    if not collected:
+        reason = internal_error or _last_line(log_path) or "no output"
+        state.fail_remaining("fail", f"the test process {how} while importing the code under test: {reason}")
+        return
+    if state.collect_errors:
+        state.fail_remaining("fail", f"the suite could not be imported: {state.collect_errors[0]}")
+        return
+    if internal_error:
+        state.fail_remaining("fail", f"pytest stopped: {internal_error}")
+        return
+    if not ended:
+        state.fail_remaining("fail", f"the test process {how} before this test ran (did the code call os._exit?)")
+        return
+    state.fail_remaining("fail", "this test did not run")
+
+
+def _outcome(node_id: str, status: str, message: str | None, duration: float) -> TestOutcome:
+    name = node_id.split("::")[-1].split("[")[0].removeprefix("test_")
+    return TestOutcome(name, status, message, round(duration, 4))
+
+
+def _parse(line: bytes, nonce: str) -> dict | None:
+    """A record from ol's plugin, or None for anything else written to the pipe."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not secrets.compare_digest(str(record.get("nonce", "")), nonce):
+        return None
+    return record
+
+
+def _wait(child: subprocess.Popen, grace: float) -> int | None:
+    try:
+        return child.wait(grace)
+    except subprocess.TimeoutExpired:
+        _kill_group(child)
+        return None
+
+
+def _kill_group(child: subprocess.Popen) -> None:
+    """Kill the child and anything it started (it leads its own session)."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        child.wait(5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _exit_description(status: int | None) -> str:
+    if status is None:
+        return "stopped responding and was killed"
+    if status < 0:
+        try:
+            return f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"was killed by signal {-status}"
+    return f"exited with status {status}"
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
