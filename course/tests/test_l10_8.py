@@ -334,17 +334,17 @@ def test_blocks_conserved_across_rollbacks():
     rejected = 0
     rng = np.random.default_rng(88)
     for request in range(200):
-        prompt = rng.integers(0, 5, size=int(rng.integers(1, 12))).tolist()
+        prompt = rng.integers(0, 5, size=int(rng.integers(1, 10))).tolist()
         cfg = SpecConfig([Draft.NGRAM, Draft.PROMPT_LOOKUP][request % 2], int(rng.integers(1, 9)))
         target = CheckedTarget(5, request, pool, len(prompt))
-        g = generate(target, cfg, prompt, prm, request, int(rng.integers(1, 25)), [])
+        g = generate(target, cfg, prompt, prm, request, int(rng.integers(1, 13)), [])
         rejected += g.stats.drafted - g.stats.accepted
         assert target.rounds == g.stats.target_calls
         target.release()
         assert pool.num_free() == num_blocks, f"request {request} leaked blocks"
         if target.shared is not None:
             assert pool.refcount(target.shared) == 0
-    assert rejected >= 500, f"only {rejected} drafted tokens rejected: the test proves little"
+    assert rejected >= 1000, f"only {rejected} drafted tokens rejected: the test proves little"
 
 
 class CheckedTarget(TableTarget):
@@ -408,7 +408,7 @@ def test_generate_stream_hands_over_each_token_and_stops_when_told():
 
 def test_runner_target_scores_every_fed_position():
     from tinyllm.model import LlamaConfig, TinyLlama
-    from tinyllm.runner import ROW_TOLERANCE, RunnerTarget
+    from tinyllm.runner import RunnerTarget
 
     model = TinyLlama.random(LlamaConfig(), 0)
     pool = model.new_pool(64, 4)
@@ -428,18 +428,20 @@ def test_runner_target_scores_every_fed_position():
     rows += target.extend([3, 9, 3])
     assert len(rows) == len(fed) and target.cached() == len(fed)
     for j, row in enumerate(rows):
-        np.testing.assert_allclose(row, fresh_last_row(fed[:j + 1]), rtol=0, atol=ROW_TOLERANCE,
-                                   err_msg=f"row {j} is not a fresh run of its prefix")
+        # The runner's rows are bitwise batch-invariant (tinyllm.runner's docstring).
+        np.testing.assert_array_equal(row, fresh_last_row(fed[:j + 1]),
+                                      err_msg=f"row {j} is not a fresh run of its prefix")
     target.truncate(8)
     again = target.extend([4])
-    np.testing.assert_allclose(again[0], fresh_last_row(fed[:8] + [4]), rtol=0, atol=ROW_TOLERANCE)
+    np.testing.assert_array_equal(again[0], fresh_last_row(fed[:8] + [4]))
     target.release()
 
     periodic = (prompt[:4] * 3)[:10]
-    tokens = {}
+    runs = {}
     for draft in (Draft.NONE, Draft.PROMPT_LOOKUP):
         target = RunnerTarget(model, pool)
-        tokens[draft] = list(generate(target, SpecConfig(draft, 4), periodic, GREEDY, 0, 12, []).tokens)
+        runs[draft] = generate(target, SpecConfig(draft, 4), periodic, GREEDY, 0, 12, [])
         target.release()
-    assert tokens[Draft.PROMPT_LOOKUP] == tokens[Draft.NONE]
+    assert list(runs[Draft.PROMPT_LOOKUP].tokens) == list(runs[Draft.NONE].tokens)
+    assert runs[Draft.PROMPT_LOOKUP].stats.drafted > 0
     assert pool.num_free() == free
