@@ -149,10 +149,12 @@ def _check_dist(d, vocab: int, what: str) -> np.ndarray:
     arr = np.asarray(d, dtype=np.float64)
     if arr.shape != (vocab,):
         raise SpecError(f"{what} has shape {arr.shape}, expected ({vocab},)")
-    if not np.isfinite(arr).all() or (arr < 0).any():
-        raise SpecError(f"{what} must be finite and non-negative")
+    bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
+    if bad.size:
+        raise SpecError(f"{what} holds {float(arr[bad[0]])!r} at id {int(bad[0])}; "
+                        "probabilities must be finite and non-negative")
     if abs(arr.sum() - 1.0) > 1e-6:
-        raise SpecError(f"{what} sums to {arr.sum()!r}, not 1")
+        raise SpecError(f"{what} sums to {float(arr.sum())!r}, not 1")
     return arr
 
 
@@ -172,12 +174,12 @@ def speculative_step(p: np.ndarray, q: np.ndarray, x: int, u_accept: float,
     q = np.asarray(q, dtype=np.float64)
     if p.ndim != 1 or q.shape != p.shape:
         raise SpecError(f"p and q must be 1-D of one length, got {p.shape} and {q.shape}")
-    if isinstance(x, bool) or not 0 <= x < p.shape[0]:
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= x < p.shape[0]:
         raise SpecError(f"draft token {x!r} is outside the vocabulary [0, {p.shape[0]})")
     _check_u(u_accept, "u_accept")
     _check_u(u_resample, "u_resample")
     if q[x] <= 0.0:
-        raise SpecError(f"q({x}) = {q[x]!r}: the draft could not have proposed token {x}")
+        raise SpecError(f"q({x}) = {float(q[x])!r}: the draft could not have proposed token {x}")
     if u_accept < p[x] / q[x]:
         return int(x), True
     return sample_dense(residual(p, q), u_resample), False
@@ -205,10 +207,12 @@ def _check_rows(rows, draft: Sequence[int], draft_probs) -> tuple[list[np.ndarra
     for i, r in enumerate(rows):
         if r.ndim != 1 or r.shape[0] != vocab or vocab == 0:
             raise SpecError(f"row {i} has shape {r.shape}; every row must be 1-D of length {vocab or '>0'}")
-        if np.isnan(r).any():
-            raise SpecError(f"row {i} holds NaN")
+        if np.isnan(r).any() or np.isposinf(r).any():
+            raise SpecError(f"row {i} holds NaN or +inf")
+        if not np.isfinite(r).any():
+            raise SpecError(f"row {i} has no finite logit")
     for i, d in enumerate(draft):
-        if isinstance(d, bool) or not 0 <= int(d) < vocab:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 0 <= d < vocab:
             raise SpecError(f"draft token {d!r} at position {i} is outside the vocabulary [0, {vocab})")
     if draft_probs is not None and len(draft_probs) != len(draft):
         raise SpecError(f"{len(draft_probs)} draft distributions for a draft of {len(draft)}")
