@@ -342,6 +342,7 @@ def test_sampler_matches_golden():
 
 def test_kvpool_allocate_and_release():
     pool = KvPool(4, 16)
+    assert pool.num_blocks == 4 and pool.block_tokens == 16
     assert pool.num_free() == 4
     blocks = [pool.allocate() for _ in range(4)]
     assert sorted(blocks) == [0, 1, 2, 3]
@@ -393,6 +394,8 @@ def test_kvpool_prefix_index():
     assert pool.lookup([5, 6, 7, 8]) == second
     assert pool.lookup([5]) is None and pool.lookup([6, 5]) is None and pool.lookup([7, 8]) is None
     assert pool.register([5, 6], twin) == first, "an earlier registration wins"
+    assert pool.is_registered(first) and pool.is_registered(second)
+    assert not pool.is_registered(twin) and not pool.is_registered(partial)
     with pytest.raises(PoolError):
         pool.register([1, 2], partial)
     with pytest.raises(PoolError):
@@ -409,6 +412,7 @@ def test_kvpool_freed_block_leaves_prefix_index():
     assert pool.lookup([3, 4]) == b, "still held by its other owner"
     pool.release(b)
     assert pool.lookup([3, 4]) is None, "a freed block must leave the prefix index"
+    assert not pool.is_registered(b)
     blocks = [pool.allocate(), pool.allocate()]
     for c in blocks:
         pool.set_fill(c, 2)
