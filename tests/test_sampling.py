@@ -199,3 +199,20 @@ def test_sampling_follows_the_distribution():
 def test_stream_is_pcg32_on_stream_54():
     a, b = stream(2**63 + 5), Pcg32(2**63 + 5, 54)
     assert [a.next_u32() for _ in range(4)] == [b.next_u32() for _ in range(4)]
+
+
+def test_the_worked_example_of_the_sampling_spec():
+    logits = np.array([2, 1, 1, 0, -3], dtype=np.float32)
+    params = SamplingParams(temperature=1.0, top_k=4, top_p=0.9, min_p=0.3)
+    p = distribution(logits, params, [], [])
+    e = math.e
+    np.testing.assert_allclose(p, [e / (e + 2), 1 / (e + 2), 1 / (e + 2), 0.0, 0.0], rtol=1e-12)
+    assert walk(p, 0.6) == 1
+
+    class FixedDraw:
+        def next_f64(self):
+            return 0.6
+
+    token, logprob = sample(logits, params, [], [], FixedDraw())
+    assert token == 1
+    assert logprob == pytest.approx(1 - math.log(sum(math.exp(v) for v in (2, 1, 1, 0, -3))), abs=1e-12)
