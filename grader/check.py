@@ -131,6 +131,9 @@ def _print_outcome(outcome: TestOutcome) -> None:
 
 def _print_summary(module: Module, run: SuiteRun, keyword: str | None) -> None:
     total = len(run.outcomes)
+    if not total:
+        print(f"\nNo test ran: {run.problem}.")
+        return
     scope = f" (selected with -k {keyword!r}; the module has {len(module.tests)})" if keyword else ""
     print(f"\n{len(run.passed)} of {total} tests passed{scope}.")
     if run.problem:

@@ -84,6 +84,7 @@ def run_suite(module: Module, impl: Path, timeout: float | None = None, keyword:
     """
     timeout = timeout or module.timeout
     state = _RunState(module, keyword is not None, time.monotonic() + (limit or run_limit(module, timeout)), on_outcome)
+    state.scrub = str(impl / "tinyllm")
     with tempfile.TemporaryDirectory(prefix="ol-run-") as tmp:
         rundir = Path(tmp)
         (rundir / "pytest.ini").write_text(PYTEST_INI)
@@ -115,6 +116,7 @@ class _RunState:
         self.problem: str | None = None
         self.stopped = False
         self.restarted = False
+        self.scrub = ""    # the assembled package's temporary path, shown to people as "tinyllm"
 
     def remaining(self) -> list[str]:
         return [n for n in (self.expected or []) if n not in self.outcomes]
@@ -149,12 +151,14 @@ class _RunState:
     def settle(self, outcome: TestOutcome) -> None:
         if outcome.name in self.outcomes or (self.expected is not None and outcome.name not in self.expected):
             return
+        if outcome.message and self.scrub:
+            outcome.message = outcome.message.replace(self.scrub, "tinyllm")
         self.outcomes[outcome.name] = outcome
         if self.on_outcome:
             self.on_outcome(outcome)
 
     def fail_remaining(self, status: str, message: str) -> None:
-        if self.expected is None:
+        if not self.expected:
             self.problem = self.problem or message
         for name in self.remaining():
             self.settle(TestOutcome(name, status, message, 0.0))
@@ -292,7 +296,9 @@ def _conclude(state: _RunState, child: subprocess.Popen, status: int | None, cur
     if not ended:
         state.fail_remaining("fail", f"the test process {how} before this test ran (did the code call os._exit?)")
         return
-    state.fail_remaining("fail", "this test did not run")
+    if state.remaining():
+        state.fail_remaining("fail", "this test did not run")
+    state.stopped = True
 
 
 def _outcome(node_id: str, status: str, message: str | None, duration: float) -> TestOutcome:

@@ -9,12 +9,13 @@ GAP = "  "
 
 
 def render(header: list[str], rows: list[list[str]], width: int | None = None) -> str:
-    """``header`` and ``rows`` as aligned columns; the widest columns wrap to fit ``width``."""
+    """``header`` and ``rows`` as aligned columns; the widest columns after the first wrap to fit ``width``."""
     width = width or shutil.get_terminal_size((120, 24)).columns
     cols = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     budget = width - len(GAP) * (len(cols) - 1)
-    while sum(cols) > budget and max(cols) > 12:
-        widest = cols.index(max(cols))
+    # The first column names things people copy into commands: it never wraps.
+    while sum(cols) > budget and max(cols[1:]) > 12:
+        widest = 1 + cols[1:].index(max(cols[1:]))
         cols[widest] -= 1
     lines = [_line(header, cols), _line(["-" * c for c in cols], cols)]
     for row in rows:

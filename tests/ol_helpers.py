@@ -1,0 +1,57 @@
+"""Helpers for the ``ol`` end-to-end tests: run the real command in a temporary workspace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "solutions" / "tinyllm"
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
+    seconds: float
+
+    @property
+    def text(self) -> str:
+        return self.out + self.err
+
+
+def ol_command() -> list[str]:
+    """The installed ``ol`` script, else the same entry point through ``python -m grader``."""
+    script = shutil.which("ol")
+    return [script] if script else [sys.executable, "-m", "grader"]
+
+
+def ol(*args: str, workspace: Path | None = None, env: dict[str, str] | None = None, limit: float = 120) -> Ran:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("OL_IMPL", "OL_WORKSPACE", "OL_COURSE_ROOT")}
+    full_env["PYTHONPATH"] = str(ROOT)
+    full_env.update(env or {})
+    started = time.monotonic()
+    done = subprocess.run([*ol_command(), *args], cwd=workspace or ROOT, env=full_env, capture_output=True,
+                          text=True, timeout=limit)
+    return Ran(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
+
+
+def put_reference(workspace: Path, *names: str) -> None:
+    """Copy reference files into the workspace's ``tinyllm/``."""
+    package = workspace / "tinyllm"
+    package.mkdir(exist_ok=True)
+    for name in names:
+        shutil.copyfile(REFERENCE / name, package / name)
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    """Replace the one occurrence of ``old`` in ``path``; fail loudly if the reference moved on."""
+    text = path.read_text()
+    assert text.count(old) == 1, f"{old!r} is not in {path} exactly once"
+    path.write_text(text.replace(old, new))

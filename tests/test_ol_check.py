@@ -1,0 +1,138 @@
+"""``ol check`` end to end: verdicts, exit codes, needs, and a verdict the code under test cannot fake."""
+
+from __future__ import annotations
+
+import json
+
+from ol_helpers import ROOT, edit, ol, put_reference
+
+L10_1_FILES = ("pcg32.py", "sampling.py", "kvpool.py")
+
+
+def test_started_module_fails_with_the_stub_message(tmp_path):
+    assert ol("start", "L10.8", workspace=tmp_path).code == 0
+    ran = ol("check", "L10.8", "--ref-deps", workspace=tmp_path)
+    assert ran.code == 1, ran.text
+    assert "NotImplementedError" in ran.out and "(L10.8)" in ran.out
+    assert "0 of 16 tests passed" in ran.out
+
+
+def test_reference_spec_passes_with_ref_deps_and_writes_results(tmp_path):
+    put_reference(tmp_path, "spec.py")
+    results = tmp_path / "results.json"
+    ran = ol("check", "L10.8", "--ref-deps", "--json", str(results), workspace=tmp_path)
+    assert ran.code == 0, ran.text
+    assert "16 of 16 tests passed" in ran.out
+    assert "tinyllm/spec.py" in ran.out and "your workspace (L10.8)" in ran.out
+    assert "reference (L10.1, --ref-deps)" in ran.out and "reference (given)" in ran.out
+    data = json.loads(results.read_text())
+    assert (data["version"], data["status"], data["module"], data["message"]) == (3, "pass", "L10.8", None)
+    assert len(data["tests"]) == 16 and {t["status"] for t in data["tests"]} == {"pass"}
+    assert all(set(t) == {"name", "status", "message", "duration"} for t in data["tests"])
+    listing = ol("list", workspace=tmp_path)
+    assert "passing (with --ref-deps)" in listing.out, listing.text
+    assert not (tmp_path / "tinyllm" / "__pycache__").exists(), "check wrote into the learner's package"
+
+
+def test_keyword_selects_tests_and_json_keeps_the_format(tmp_path):
+    put_reference(tmp_path, "spec.py")
+    results = tmp_path / "r.json"
+    ran = ol("check", "L10.8", "--ref-deps", "-k", "rollback", "--json", str(results), workspace=tmp_path)
+    assert ran.code == 0, ran.text
+    names = [t["name"] for t in json.loads(results.read_text())["tests"]]
+    assert names == ["rollback_hand_example", "rollback_drops_one_reference_only", "blocks_conserved_across_rollbacks"]
+    assert ol("check", "L10.8", "--ref-deps", "-k", "no_such_test", workspace=tmp_path).code == 2
+
+
+def test_a_buggy_needed_module_is_named_and_ref_deps_bypasses_it(tmp_path):
+    put_reference(tmp_path, "spec.py", *L10_1_FILES)
+    # Argmax ties to the highest id instead of the lowest.
+    edit(tmp_path / "tinyllm" / "sampling.py", "    return int(np.argmax(_check_logits(logits)))\n",
+         "    x = _check_logits(logits)\n    return int(len(x) - 1 - np.argmax(x[::-1]))\n")
+    ran = ol("check", "L10.8", workspace=tmp_path)
+    assert ran.code == 2, ran.text
+    assert "needs L10.1" in ran.err and "your L10.1 fails" in ran.err and "--ref-deps" in ran.err
+    assert "argmax_ties_to_lowest_id" in ran.err
+    passed = ol("check", "L10.8", "--ref-deps", workspace=tmp_path)
+    assert passed.code == 0, passed.text
+
+
+def test_a_hanging_function_times_out_within_the_bound(tmp_path):
+    put_reference(tmp_path, "spec.py")
+    # A loop that ignores the signals a timeout inside the test process would rely on.
+    edit(tmp_path / "tinyllm" / "spec.py", '        names = [d.value for d in Draft]\n',
+         '        import signal, time\n'
+         '        for sig in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT):\n'
+         '            signal.signal(sig, signal.SIG_IGN)\n'
+         '        while True:\n'
+         '            time.sleep(0.01)\n'
+         '        names = [d.value for d in Draft]\n')
+    ran = ol("check", "L10.8", "--ref-deps", "--timeout", "2", workspace=tmp_path, limit=90)
+    assert ran.code == 1, ran.text
+    assert "TIMEOUT  config_parses_runtime_values  timed out after 2 s" in ran.out
+    assert "15 of 16 tests passed" in ran.out
+    assert ran.seconds < 40
+
+
+def test_os_exit_at_import_fails(tmp_path):
+    put_reference(tmp_path, "spec.py")
+    spec = tmp_path / "tinyllm" / "spec.py"
+    spec.write_text("import os\nos._exit(0)\n" + spec.read_text())
+    ran = ol("check", "L10.8", "--ref-deps", workspace=tmp_path)
+    assert ran.code == 1, ran.text
+    assert "0 of 16 tests passed" in ran.out and "exited with status 0 while importing" in ran.out
+
+
+def test_sys_exit_at_import_fails(tmp_path):
+    put_reference(tmp_path, "spec.py")
+    spec = tmp_path / "tinyllm" / "spec.py"
+    spec.write_text("import sys\nsys.exit(0)\n" + spec.read_text())
+    ran = ol("check", "L10.8", "--ref-deps", workspace=tmp_path)
+    assert ran.code == 1, ran.text
+    assert "0 of 16 tests passed" in ran.out and "SystemExit" in ran.out
+
+
+def test_os_exit_inside_a_test_fails_that_test_and_the_rest_still_run(tmp_path):
+    put_reference(tmp_path, "spec.py")
+    edit(tmp_path / "tinyllm" / "spec.py", '        names = [d.value for d in Draft]\n',
+         '        import os\n        os._exit(0)\n')
+    ran = ol("check", "L10.8", "--ref-deps", workspace=tmp_path)
+    assert ran.code == 1, ran.text
+    assert "config_parses_runtime_values  the test process exited with status 0 during this test" in ran.out
+    assert "15 of 16 tests passed" in ran.out
+
+
+def test_patching_pytest_or_numpy_assertions_fails(tmp_path):
+    put_reference(tmp_path, "spec.py")
+    spec = tmp_path / "tinyllm" / "spec.py"
+    original = spec.read_text()
+    for patch, changed in (("import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n",
+                            "_pytest.python.Function.runtest was replaced"),
+                           ("import numpy.testing\nnumpy.testing.assert_array_equal = lambda *a, **k: None\n",
+                            "numpy.testing.assert_array_equal was replaced")):
+        spec.write_text(patch + original)
+        ran = ol("check", "L10.8", "--ref-deps", workspace=tmp_path)
+        assert ran.code == 1, ran.text
+        assert "0 of 16 tests passed" in ran.out and changed in ran.out
+
+
+def test_a_pitfall_gets_its_hint(tmp_path):
+    put_reference(tmp_path, "spec.py")
+    edit(tmp_path / "tinyllm" / "spec.py", "begin = int(hits[-1]) + n", "begin = int(hits[0]) + n")
+    ran = ol("check", "L10.8", "--ref-deps", workspace=tmp_path)
+    assert ran.code == 1, ran.text
+    assert "pitfall s01" in ran.out and "stale drafts" in ran.out
+    diff = ol("diff", "L10.8", "--ref-deps", workspace=tmp_path)
+    assert diff.code == 1, diff.text
+    assert "prompt_lookup_matches_python_l8_6:" in diff.out and "they part at [" in diff.out
+    assert "verify_matches_python_l8_6: all 120 cases agree" in diff.out
+
+
+def test_check_never_touches_the_learners_files(tmp_path):
+    put_reference(tmp_path, "spec.py")
+    before = {p: p.read_bytes() for p in (tmp_path / "tinyllm").iterdir()}
+    ol("check", "L10.8", "--ref-deps", "-k", "hand_example", workspace=tmp_path)
+    after = {p: p.read_bytes() for p in (tmp_path / "tinyllm").iterdir()}
+    assert before == after
+    assert (tmp_path / ".ol" / "last_check.json").is_file()
+    assert str(ROOT) not in (tmp_path / ".ol" / "last_check.json").read_text()
