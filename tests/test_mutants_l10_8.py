@@ -35,7 +35,8 @@ def run_suite(impl: Path, report: Path, *selection: str) -> dict[str, str]:
     """Run the graded suite on ``impl``; map each test name to passed / failed / skipped."""
     nodes = [f"{SUITE}::test_{name}" for name in selection] or [str(SUITE)]
     env = dict(os.environ, OL_IMPL=str(impl), PYTHONDONTWRITEBYTECODE="1")
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    # nbval's import (nbformat, jsonschema) costs seconds per run and the graded suite has no notebooks.
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:nbval",
                     f"--junitxml={report}", *nodes],
                    cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     outcomes = {}
