@@ -284,6 +284,10 @@ def test_sampler_rejects_bad_inputs():
     with pytest.raises(ValueError):
         distribution(f32(0.0, float("nan")), params, [], [])
     with pytest.raises(ValueError):
+        distribution(f32(0.0, float("inf")), params, [], [])
+    with pytest.raises(ValueError):
+        distribution(f32(-float("inf"), -float("inf")), params, [], [])
+    with pytest.raises(ValueError):
         distribution(np.zeros(0, dtype=np.float32), params, [], [])
     with pytest.raises(ValueError):
         distribution(np.zeros((2, 3), dtype=np.float32), params, [], [])
@@ -291,6 +295,11 @@ def test_sampler_rejects_bad_inputs():
         apply_penalties(f32(0.0, 1.0, 2.0), SamplingParams(repetition_penalty=1.2), [3], [])
     with pytest.raises(ValueError, match="-1"):
         sample(f32(0.0, 1.0, 2.0), params, [], [-1], stream(0))
+    # -inf marks an id that can never be chosen; it is not an error
+    masked = f32(0.0, -float("inf"), 0.0)
+    np.testing.assert_array_equal(distribution(masked, params, [1], [1]), [0.5, 0.0, 0.5])
+    token, logprob = sample(masked, SamplingParams(repetition_penalty=1.5), [1], [], stream(0))
+    assert token == 0 and logprob == pytest.approx(-math.log(2), abs=1e-12)
 
 
 def test_sample_draws_from_its_distribution():
