@@ -206,12 +206,15 @@ class TinyLlama:
         if pos.min() < 0:
             raise ValueError(f"positions must be >= 0, got {pos.min()}")
         bt = pool.block_tokens
+        as_tuple: dict[int, tuple[int, ...]] = {}  # rows of one request share one table object
         groups: dict[tuple[int, ...], list[int]] = {}
         for j in range(n):
             nb = int(pos[j]) // bt + 1
             if nb > len(tables[j]):
                 raise ValueError(f"row {j}: position {pos[j]} needs {nb} blocks, its table has {len(tables[j])}")
-            groups.setdefault(tuple(int(b) for b in tables[j][:nb]), []).append(j)
+            if id(tables[j]) not in as_tuple:
+                as_tuple[id(tables[j])] = tuple(int(b) for b in tables[j])
+            groups.setdefault(as_tuple[id(tables[j])][:nb], []).append(j)
         blocks = np.array([tables[j][int(pos[j]) // bt] for j in range(n)], dtype=np.int64)
         if blocks.min() < 0 or blocks.max() >= pool.num_blocks:
             raise ValueError(f"block ids must be in [0, {pool.num_blocks}), got {blocks.min()}..{blocks.max()}")
