@@ -1,7 +1,8 @@
 """Graded tests for L10.8, speculative decoding in the engine (card: course/L10.8.md, section 4).
 
-Each test is named after a row of the card's table. Tests import only ``tinyllm.*``; the
-conftest puts the package under test (``OL_IMPL``) first on ``sys.path``.
+Each test is named after a row of the card's table. The code under test is reached only through
+``tinyllm.*``, which the conftest binds to the package ``OL_IMPL`` names; ``fakes`` holds the fake
+targets of the generation tests.
 """
 
 import math
