@@ -3,12 +3,15 @@
     python bench/grader_timing.py [--check-runs 5] [--mutant-runs 3] [--module L10.8]
 
 Each run is the real command in a fresh temporary workspace holding the reference's learner files.
+The machine's load average is printed first: on a shared machine wall times grow with it, CPU
+times (user + system of every process the command started) much less.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -26,19 +29,25 @@ def ol() -> list[str]:
     return [script] if script else [sys.executable, "-m", "grader"]
 
 
-def timed(args: list[str], cwd: Path) -> float:
+def timed(args: list[str], cwd: Path) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system, all child processes) of one ``ol`` run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run([*ol(), *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         sys.exit(f"ol {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
-    return elapsed
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def report(label: str, times: list[float]) -> None:
-    shown = ", ".join(f"{t:.2f}" for t in times)
-    print(f"{label}: median {statistics.median(times):.2f} s over {len(times)} runs ({shown})")
+def report(label: str, runs: list[tuple[float, float]]) -> None:
+    walls = [w for w, _ in runs]
+    shown = ", ".join(f"{w:.2f}" for w in walls)
+    cpu = statistics.median(c for _, c in runs)
+    print(f"{label}: median {statistics.median(walls):.2f} s wall over {len(runs)} runs ({shown}); "
+          f"median CPU {cpu:.2f} s")
 
 
 def main() -> int:

@@ -45,8 +45,6 @@ _WATCHED_CLASSES = (
     ("pluggy._result", "Result"), ("_pytest.fixtures", "FixtureDef"), ("_pytest.fixtures", "FixtureRequest"),
     ("_pytest.config", "Config"),
 )
-# Bindings pytest itself changes while it runs (assertion hooks set per test, lazily filled caches).
-_EXPECTED_CHANGES = {"_pytest.main": {"_pytest"}}
 
 
 def _send(record: dict) -> None:
@@ -115,10 +113,7 @@ class _Snapshot:
                 return f"the module {name} was replaced in sys.modules"
         for where, owner, before in self.namespaces:
             now = vars(owner)
-            skip = _EXPECTED_CHANGES.get(where, set())
             for key, value in before.items():
-                if key in skip:
-                    continue
                 if now.get(key, _Snapshot) is not value:
                     return f"{where}.{key} was replaced"
         return None
@@ -199,6 +194,9 @@ class Recorder:
                "duration": round(time.perf_counter() - item.get("started", time.perf_counter()), 4)})
 
     def pytest_internalerror(self, excrepr, excinfo) -> None:
+        _send({"event": "internal_error", "message": _describe(excinfo.value)})
+
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
         _send({"event": "internal_error", "message": _describe(excinfo.value)})
 
     @pytest.hookimpl(trylast=True)

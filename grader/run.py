@@ -83,8 +83,8 @@ def run_suite(module: Module, impl: Path, timeout: float | None = None, keyword:
     soon as it is known.
     """
     timeout = timeout or module.timeout
-    state = _RunState(module, keyword is not None, time.monotonic() + (limit or run_limit(module, timeout)), on_outcome)
-    state.scrub = str(impl / "tinyllm")
+    state = _RunState(module, keyword is not None, time.monotonic() + (limit or run_limit(module, timeout)),
+                      on_outcome, str(impl / "tinyllm"))
     with tempfile.TemporaryDirectory(prefix="ol-run-") as tmp:
         rundir = Path(tmp)
         (rundir / "pytest.ini").write_text(PYTEST_INI)
@@ -102,7 +102,7 @@ class _RunState:
     """What every child process of one run has reported so far."""
 
     def __init__(self, module: Module, keyword: bool, deadline: float,
-                 on_outcome: Callable[[TestOutcome], None] | None) -> None:
+                 on_outcome: Callable[[TestOutcome], None] | None, package: str) -> None:
         self.module = module
         self.catalog_names = module.test_names
         self.expected: list[str] | None = None if keyword else list(self.catalog_names)
@@ -116,7 +116,7 @@ class _RunState:
         self.problem: str | None = None
         self.stopped = False
         self.restarted = False
-        self.scrub = ""    # the assembled package's temporary path, shown to people as "tinyllm"
+        self.package = package    # the assembled package's temporary path, shown to people as "tinyllm"
 
     def remaining(self) -> list[str]:
         return [n for n in (self.expected or []) if n not in self.outcomes]
@@ -151,8 +151,8 @@ class _RunState:
     def settle(self, outcome: TestOutcome) -> None:
         if outcome.name in self.outcomes or (self.expected is not None and outcome.name not in self.expected):
             return
-        if outcome.message and self.scrub:
-            outcome.message = outcome.message.replace(self.scrub, "tinyllm")
+        if outcome.message:
+            outcome.message = outcome.message.replace(self.package, "tinyllm")
         self.outcomes[outcome.name] = outcome
         if self.on_outcome:
             self.on_outcome(outcome)
@@ -280,8 +280,9 @@ def _conclude(state: _RunState, child: subprocess.Popen, status: int | None, cur
               current_start: float, collected: bool, ended: bool, internal_error: str | None, log_path: Path) -> None:
     how = _exit_description(status)
     if current is not None:
-        state.item_done(current, _outcome(current, "error", f"the test process {how} during this test "
-                                          "(did the code call os._exit or crash?)", time.monotonic() - current_start))
+        reason = (f"the test stopped pytest: {internal_error}" if internal_error else
+                  f"the test process {how} during this test (did the code call os._exit or crash?)")
+        state.item_done(current, _outcome(current, "error", reason, time.monotonic() - current_start))
         return
     if not collected:
         reason = internal_error or _last_line(log_path) or "no output"

@@ -74,7 +74,7 @@ class Workspace:
         }
         try:
             self.state_dir.mkdir(exist_ok=True)
-            tmp = self.state_file.with_suffix(".tmp")
+            tmp = self.state_file.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"version": STATE_VERSION, "modules": modules}, indent=1) + "\n")
             tmp.replace(self.state_file)
         except OSError as err:
