@@ -442,6 +442,7 @@ def test_runner_target_scores_every_fed_position():
     for draft in (Draft.NONE, Draft.PROMPT_LOOKUP):
         target = RunnerTarget(model, pool)
         runs[draft] = generate(target, SpecConfig(draft, 4), periodic, GREEDY, 0, 12, [])
+        assert target.cached() == len(periodic) + 11 and len(target.table) == blocks_for(21, 4)
         target.release()
     assert list(runs[Draft.PROMPT_LOOKUP].tokens) == list(runs[Draft.NONE].tokens)
     assert runs[Draft.PROMPT_LOOKUP].stats.drafted > 0
