@@ -6,7 +6,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from grader import assemble
+from grader import assemble, signatures
 from grader.catalog import Catalog, Module, Pitfall, check_fixtures, load_catalog
 from grader.errors import OlError, UsageError
 from grader.run import SuiteRun, TestOutcome, run_suite
@@ -61,14 +61,15 @@ def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
 
 
 def pitfall_hints(module: Module, run: SuiteRun) -> list[Pitfall]:
-    """Named pitfalls whose catching test failed on an assertion (not a stub, crash, or timeout).
+    """Named pitfalls whose failure signature the failing tests match (see :mod:`grader.signatures`).
 
-    Nothing is hinted when every test fails: that is a missing piece, not a pitfall.
+    The named test must fail on an assertion, not on a stub, a crash, or a timeout; and nothing is
+    hinted when every test fails: that is a missing piece, not a pitfall.
     """
     if len(run.failed) == len(run.outcomes):
         return []
-    failing = {n for n, o in run.outcomes.items() if o.status == "fail" and "NotImplementedError" not in (o.message or "")}
-    return [p for p in module.pitfalls if p.caught_by in failing]
+    on_assert = {n for n, o in run.outcomes.items() if o.status == "fail" and "NotImplementedError" not in (o.message or "")}
+    return signatures.matching(module, set(run.failed), on_assert)
 
 
 def _run(module: Module, sources: list[assemble.Source], timeout: float | None, keyword: str | None,

@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "suite, and print the kill matrix. Exit 1 if a mutant survives or escapes its named test.")
     mutants.add_argument("module", help="a module id, or 'all'")
     mutants.add_argument("--jobs", type=int, default=2, metavar="N", help="mutants run at once (default 2)")
+    mutants.add_argument("--save", action="store_true", help="save each mutant's failing tests as its pitfall's signature (grader/signatures/), for ol check's hints")
     return parser
 
 
@@ -81,7 +82,7 @@ def dispatch(args: argparse.Namespace) -> int:
         from grader.diff import diff
         return diff(args.module, args.workspace, args.ref_deps, args.cases)
     from grader.mutants import mutants
-    return mutants(args.module, args.jobs)
+    return mutants(args.module, args.jobs, args.save)
 
 
 def main(argv: list[str] | None = None) -> int:

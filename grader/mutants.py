@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader import signatures
 from grader.catalog import Catalog, Module, Pitfall, check_fixtures, load_catalog
 from grader.errors import UsageError
 from grader.run import SuiteRun, run_suite
@@ -56,8 +57,11 @@ class MutantResult:
         return self.pitfall.caught_by in self.killers
 
 
-def mutants(module_id: str, jobs: int = 2) -> int:
-    """Run every named mutant of ``module_id`` (or of every module, for ``all``); 0 when all are killed by their named tests."""
+def mutants(module_id: str, jobs: int = 2, save: bool = False) -> int:
+    """Run every named mutant of ``module_id`` (or of every module, for ``all``); 0 when all are killed by their named tests.
+
+    With ``save``, each mutant's failing tests become its pitfall's signature for ``ol check``'s hints.
+    """
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {jobs}")
     catalog = load_catalog()
@@ -68,7 +72,7 @@ def mutants(module_id: str, jobs: int = 2) -> int:
         if not module.pitfalls:
             print(f"{module.id} names no pitfalls; nothing to run.\n")
             continue
-        ok = _run_module(catalog, module, jobs) and ok
+        ok = _run_module(catalog, module, jobs, save) and ok
     return 0 if ok else 1
 
 
@@ -92,7 +96,7 @@ def kill_matrix(module: Module, results: list[MutantResult]) -> str:
     return "\n".join(lines)
 
 
-def _run_module(catalog: Catalog, module: Module, jobs: int) -> bool:
+def _run_module(catalog: Catalog, module: Module, jobs: int, save: bool) -> bool:
     print(f"{module.id}: {len(module.pitfalls)} mutants and the reference, {jobs} at a time", flush=True)
     started = time.monotonic()
     tasks = [(BASELINE, None)] + [(p.id, p) for p in module.pitfalls]
@@ -116,8 +120,19 @@ def _run_module(catalog: Catalog, module: Module, jobs: int) -> bool:
     mutant_results = [r for r in ordered if r.pitfall is not None]
     killed = sum(1 for r in mutant_results if r.ok)
     print(f"\n{killed} of {len(mutant_results)} mutants killed by their named tests "
-          f"({time.monotonic() - started:.1f} s).\n")
+          f"({time.monotonic() - started:.1f} s).")
+    _signatures(module, mutant_results, save)
+    print()
     return all(r.ok for r in ordered)
+
+
+def _signatures(module: Module, results: list[MutantResult], save: bool) -> None:
+    found = {r.id: r.killers for r in results if r.run is not None}
+    if save:
+        print(f"Saved the pitfalls' failure signatures to {signatures.save(module.id, found)}")
+    elif signatures.load(module.id) != found:
+        print(f"Note: {signatures.path_for(module.id)} does not match this run; "
+              f"save this run's with: ol mutants {module.id} --save")
 
 
 def _run_one(catalog: Catalog, module: Module, pitfall: Pitfall | None) -> MutantResult:

@@ -16,3 +16,4 @@ def test_every_l10_8_mutant_is_killed_by_its_named_test():
     for i in range(1, 14):
         assert f"s{i:02d}" in ran.out
     assert "SURVIVED" not in ran.out and "ESCAPES" not in ran.out
+    assert "does not match this run" not in ran.out, "grader/signatures/L10.8.json is stale"
