@@ -117,8 +117,10 @@ def course_root() -> Path:
     env = os.environ.get(COURSE_ROOT_ENV)
     root = Path(env).expanduser().resolve() if env else Path(__file__).resolve().parents[1]
     if not (root / "course" / "modules").is_dir():
-        where = f"{COURSE_ROOT_ENV}={env}" if env else f"the grader's repository {root}"
-        raise GraderError(f"no course catalog in {where} (expected course/modules/*.toml)")
+        if env:
+            raise GraderError(f"{COURSE_ROOT_ENV}={env} holds no course catalog (course/modules/*.toml)")
+        raise GraderError(f"no course catalog beside the grader in {root}: install ol from a clone of the "
+                          f"course with 'pip install -e .', or set {COURSE_ROOT_ENV} to the clone")
     return root
 
 
@@ -139,7 +141,10 @@ def load_catalog(root: Path | None = None) -> Catalog:
 
 
 def check_fixtures(module: Module) -> None:
-    """Raise :class:`GraderError` naming the first fixture that is missing or not the catalogued bytes."""
+    """Raise :class:`GraderError` naming the graded suite if it is missing, or the first fixture
+    that is missing or not the catalogued bytes."""
+    if not module.suite.is_file():
+        raise GraderError(f"the graded suite of {module.id}, {module.suite.relative_to(module.root)}, is missing")
     for fixture in module.fixtures:
         path = module.root / fixture.path
         if not path.is_file():

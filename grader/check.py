@@ -18,8 +18,10 @@ LABELS = {"pass": "pass", "fail": "FAIL", "error": "ERROR"}
 
 
 def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, keyword: str | None = None,
-          timeout: float | None = None, json_path: str | None = None) -> int:
+          timeout: float | None = None, json_path: str | None = None, verbose: bool = False) -> int:
     """Check ``module_id`` in the workspace: 0 when every selected test passes, 1 otherwise.
+
+    ``verbose`` also prints pytest's own report of each failure (tracebacks, assertion details).
 
     Usage problems raise :class:`UsageError` (exit 2), a grader that cannot run
     :class:`GraderError` (exit 3); with ``json_path`` either is also written there as an error.
@@ -40,7 +42,7 @@ def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
         sources = assemble.plan(catalog, module, ws, ref_deps)
         print(f"Checking {module.id} ({module.title}) in {ws.root}")
         _print_sources(sources)
-        run = _run(module, sources, timeout, keyword, _print_outcome)
+        run = _run(module, sources, timeout, keyword, _OutcomePrinter())
     except OlError as err:
         if json_path:
             _write_json(json_path, module_id, "error", str(err), [])
@@ -50,6 +52,8 @@ def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
         if json_path:
             _write_json(json_path, module.id, "error", message, [])
         raise UsageError(message)
+    if verbose and run.failed:
+        print(f"\npytest's report:\n{run.output.rstrip()}")
     _print_summary(module, run, keyword)
     statuses = {name: o.status for name, o in run.outcomes.items()}
     ws.record_check(module.id, statuses, full=keyword is None, ref_deps=ref_deps,
@@ -124,10 +128,19 @@ def _print_sources(sources: list[assemble.Source]) -> None:
     print(flush=True)
 
 
-def _print_outcome(outcome: TestOutcome) -> None:
-    label = "TIMEOUT" if outcome.timed_out else LABELS[outcome.status]
-    reason = f"  {outcome.message}" if outcome.status != "pass" and outcome.message else ""
-    print(f"  {label:<7}  {outcome.name}{reason}", flush=True)
+class _OutcomePrinter:
+    """One line per test as it finishes; a reason just printed for the test before reads "same reason"."""
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+
+    def __call__(self, outcome: TestOutcome) -> None:
+        label = "TIMEOUT" if outcome.timed_out else LABELS[outcome.status]
+        reason = ""
+        if outcome.status != "pass" and outcome.message:
+            reason = "  (same reason)" if outcome.message == self.last else f"  {outcome.message}"
+        self.last = outcome.message
+        print(f"  {label:<7}  {outcome.name}{reason}", flush=True)
 
 
 def _print_summary(module: Module, run: SuiteRun, keyword: str | None) -> None:

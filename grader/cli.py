@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("-k", dest="keyword", metavar="EXPR", help="run only the tests whose names match EXPR (pytest's -k)")
     check.add_argument("--timeout", type=float, metavar="S", help="seconds each test may run (default: the module's, from its catalog)")
     check.add_argument("--json", dest="json_path", metavar="FILE", help="also write per-test results to FILE (format: grader/README.md)")
+    check.add_argument("-v", "--verbose", action="store_true", help="also print pytest's full report of each failure")
 
     diff = verbs.add_parser("diff", parents=[where], help="the first cases where your answers differ from the reference's",
                             description="For the module's differential tests, show the first few cases where your code and the reference disagree.")
@@ -77,7 +78,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return show_tests(args.module)
     if args.verb == "check":
         from grader.check import check
-        return check(args.module, args.workspace, args.ref_deps, args.keyword, args.timeout, args.json_path)
+        return check(args.module, args.workspace, args.ref_deps, args.keyword, args.timeout, args.json_path,
+                     args.verbose)
     if args.verb == "diff":
         from grader.diff import diff
         return diff(args.module, args.workspace, args.ref_deps, args.cases)

@@ -28,6 +28,8 @@ WORKER_LIMIT = 120.0
 
 def diff(module_id: str, workspace: str | None = None, ref_deps: bool = False, shown: int = 3) -> int:
     """Print the first ``shown`` differing cases per differential test; 0 when nothing differs."""
+    if shown < 1:
+        raise UsageError(f"--cases must be at least 1, got {shown}")
     catalog = load_catalog()
     module = catalog.get(module_id)
     ws = resolve_workspace(workspace)

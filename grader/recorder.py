@@ -82,12 +82,16 @@ def _where_in_package(tb) -> str | None:
 
 
 def _report_reason(report) -> str:
-    """The error line of a failed report ("E   ..." in pytest's text), else its first line."""
+    """The exception line of a failed report (the last "E   ..." line in pytest's text), with the
+    place in the package under test when pytest names one (a syntax error's file and line)."""
     text = getattr(report, "longreprtext", "") or ""
-    for line in text.splitlines():
-        if line.startswith("E "):
-            return _first_line(line[1:])
-    return _first_line(text) or "failed"
+    errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+    if not errors:
+        return _first_line(text) or "failed"
+    place = next((e for e in errors if e.startswith('File "') and "/tinyllm/" in e), None)
+    if place:
+        place = "tinyllm/" + place.split("/tinyllm/", 1)[1].replace('", line', ", line")
+    return _first_line(f"{errors[-1]} ({place})" if place else errors[-1])
 
 
 class _Snapshot:

@@ -55,6 +55,7 @@ class SuiteRun:
     outcomes: dict[str, TestOutcome]     # by test name, in catalog order, for the tests that were selected
     problem: str | None = None           # what went wrong with the run as a whole, if anything
     extra: list[str] = field(default_factory=list)   # test functions in the suite the catalog does not list
+    output: str = ""                     # what pytest printed (its failure reports), every process in turn
 
     @property
     def passed(self) -> list[str]:
@@ -117,6 +118,7 @@ class _RunState:
         self.stopped = False
         self.restarted = False
         self.package = package    # the assembled package's temporary path, shown to people as "tinyllm"
+        self.output: list[str] = []
 
     def remaining(self) -> list[str]:
         return [n for n in (self.expected or []) if n not in self.outcomes]
@@ -168,7 +170,7 @@ class _RunState:
         if self.expected is None:
             self.expected = []
         ordered = {n: self.outcomes[n] for n in self.expected if n in self.outcomes}
-        return SuiteRun(ordered, self.problem, self.extra)
+        return SuiteRun(ordered, self.problem, self.extra, "".join(self.output).replace(self.package, "tinyllm"))
 
 
 def _child_env(impl: Path, fd: int, nonce: str) -> dict[str, str]:
@@ -207,6 +209,7 @@ def _run_once(module: Module, impl: Path, rundir: Path, targets: list[str], keyw
         finally:
             os.close(read_fd)
             _kill_group(child)
+    state.output.append(log_path.read_text(errors="replace"))
 
 
 def _watch(child: subprocess.Popen, read_fd: int, nonce: str, timeout: float, state: _RunState,
