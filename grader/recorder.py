@@ -36,7 +36,7 @@ _WATCHED_MODULES = (
     "builtins", "pytest", "pluggy", "pluggy._hooks", "pluggy._callers", "pluggy._manager", "pluggy._result",
     "_pytest.runner", "_pytest.python", "_pytest.reports", "_pytest.main", "_pytest.outcomes",
     "_pytest.python_api", "_pytest.raises", "_pytest.fixtures", "_pytest.nodes", "_pytest.skipping",
-    "_pytest.assertion.rewrite", "numpy.testing", "numpy.testing._private.utils", "numpy",
+    "_pytest.assertion.rewrite", "numpy.testing", "numpy.testing._private.utils", "numpy", __name__,
 )
 _WATCHED_CLASSES = (
     ("_pytest.python", "Function"), ("_pytest.nodes", "Item"), ("_pytest.nodes", "Node"),
