@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 from grader import assemble, signatures
@@ -40,9 +41,12 @@ def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
         if not ref_deps:
             _require_needs(catalog, module, ws)
         sources = assemble.plan(catalog, module, ws, ref_deps)
+        fingerprint = assemble.digest(sources, module)
         print(f"Checking {module.id} ({module.title}) in {ws.root}")
         _print_sources(sources)
+        started = time.monotonic()
         run = _run(module, sources, timeout, keyword, _OutcomePrinter())
+        seconds = time.monotonic() - started
     except OlError as err:
         if json_path:
             _write_json(json_path, module_id, "error", str(err), [])
@@ -54,10 +58,10 @@ def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
         raise UsageError(message)
     if verbose and run.failed:
         print(f"\npytest's report:\n{run.output.rstrip()}")
-    _print_summary(module, run, keyword)
+    _print_summary(module, run, keyword, seconds)
     statuses = {name: o.status for name, o in run.outcomes.items()}
     ws.record_check(module.id, statuses, full=keyword is None, ref_deps=ref_deps,
-                    digest=assemble.digest(sources, module) if keyword is None else None)
+                    digest=fingerprint if keyword is None else None)
     if json_path:
         status = "pass" if run.all_passed and not run.problem else "fail" if run.outcomes else "error"
         _write_json(json_path, module.id, status, run.problem, list(run.outcomes.values()))
@@ -143,13 +147,13 @@ class _OutcomePrinter:
         print(f"  {label:<7}  {outcome.name}{reason}", flush=True)
 
 
-def _print_summary(module: Module, run: SuiteRun, keyword: str | None) -> None:
+def _print_summary(module: Module, run: SuiteRun, keyword: str | None, seconds: float) -> None:
     total = len(run.outcomes)
     if not total:
         print(f"\nNo test ran: {run.problem}.")
         return
     scope = f" (selected with -k {keyword!r}; the module has {len(module.tests)})" if keyword else ""
-    print(f"\n{len(run.passed)} of {total} tests passed{scope}.")
+    print(f"\n{len(run.passed)} of {total} tests passed{scope} ({seconds:.1f} s).")
     if run.problem:
         print(f"Note: {run.problem}.")
     if run.extra:

@@ -219,8 +219,7 @@ def _watch(child: subprocess.Popen, read_fd: int, nonce: str, timeout: float, st
            log_path: Path) -> None:
     selector = selectors.DefaultSelector()
     selector.register(read_fd, selectors.EVENT_READ)
-    started = time.monotonic()
-    phase_deadline = started + timeout + STARTUP_ALLOWANCE
+    phase_deadline = time.monotonic() + timeout + STARTUP_ALLOWANCE
     current: str | None = None       # node id of the test running now
     current_start = 0.0
     collected = ended = False
@@ -279,11 +278,12 @@ def _watch(child: subprocess.Popen, read_fd: int, nonce: str, timeout: float, st
                 ended = True
                 phase_deadline = now + EXIT_GRACE
     status = _wait(child, EXIT_GRACE)
-    _conclude(state, child, status, current, current_start, collected, ended, internal_error, log_path)
+    _conclude(state, status, current, current_start, collected, ended, internal_error, log_path)
 
 
-def _conclude(state: _RunState, child: subprocess.Popen, status: int | None, current: str | None,
-              current_start: float, collected: bool, ended: bool, internal_error: str | None, log_path: Path) -> None:
+def _conclude(state: _RunState, status: int | None, current: str | None, current_start: float,
+              collected: bool, ended: bool, internal_error: str | None, log_path: Path) -> None:
+    """Settle what the records left open once the child has exited (``status``) or been killed."""
     how = _exit_description(status)
     if current is not None:
         reason = (f"the test stopped pytest: {internal_error}" if internal_error else
