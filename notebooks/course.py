@@ -215,9 +215,13 @@ def show_banner(running: Running | None = None) -> None:
 
 
 def _display(markup: str, text: str) -> None:
+    """HTML in a notebook; the plain text anywhere else (a script, a test)."""
     try:
+        from IPython import get_ipython
         from IPython.display import display
     except ImportError:
+        get_ipython = None
+    if get_ipython is None or get_ipython() is None:
         print(text)
         return
     display({"text/html": markup, "text/plain": text}, raw=True)
