@@ -18,7 +18,7 @@ from typing import Any
 
 from grader import assemble
 from grader.catalog import Module, check_fixtures, load_catalog
-from grader.diff_adapters import Case, differs_for
+from grader.diff_adapters import Case, differs_for, short
 from grader.errors import GraderError, UsageError
 from grader.workspace import resolve_workspace
 
@@ -97,12 +97,21 @@ def _show(name: str, cases: list[Case], reference: list[dict], yours: list[dict]
     for case, ref, got, where in differing[:shown]:
         print(f"  case {case.label}")
         print(f"    inputs:    {case.inputs}")
-        print(f"    reference: {ref}")
-        print(f"    yours:     {got}")
+        print(f"    reference: {_brief(ref)}")
+        print(f"    yours:     {got if isinstance(got, str) else _brief(got)}")
         if where:
             print(f"    they part at {where}")
     print()
     return True
+
+
+def _brief(value: Any) -> str:
+    """An answer in one readable line: long lists keep their two ends."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_brief(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return short([_brief(v) for v in value])
+    return repr(value)
 
 
 def _answers(module: Module, test: str, impl: Path, out: Path) -> list[dict]:
