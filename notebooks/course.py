@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,7 +35,7 @@ PACKAGE_MODULES = ("pcg32", "sampling", "kvpool", "spec", "model", "runner")
 
 # Where the card states the rule behind each function you write.
 CARD_SECTIONS = {
-    "SpecConfig": "4", "parse": "4", "prompt_lookup": "2.1", "ngram_draft": "2.1", "propose": "2.1",
+    "SpecConfig.parse": "4", "SpecConfig.__post_init__": "4", "prompt_lookup": "2.1", "ngram_draft": "2.1", "propose": "2.1",
     "residual": "2.2", "sample_dense": "2.2", "speculative_step": "2.2 and 2.3",
     "dense_distribution": "2.2", "verify_draft": "2.2", "blocks_for": "2.4", "rollback": "2.4",
     "generate_stream": "2.2 and 4", "generate": "4",
@@ -235,9 +234,12 @@ def _learner_frame(err: BaseException, running: Running | None) -> tuple[str, in
         return None
     mine = {str((running.package_dir / "tinyllm" / name).resolve()) for name in LEARNER_FILES}
     hit = None
-    for frame in traceback.extract_tb(err.__traceback__):
-        if str(Path(frame.filename).resolve()) in mine:
-            hit = (frame.name, frame.lineno)
+    tb = err.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if str(Path(code.co_filename).resolve()) in mine:
+            hit = (code.co_qualname, tb.tb_lineno)  # qualified: SpecConfig.parse, not parse
+        tb = tb.tb_next
     if hit is None and isinstance(err, SyntaxError) and err.filename:
         if str(Path(err.filename).resolve()) in mine:
             hit = ("<module>", err.lineno or 0)

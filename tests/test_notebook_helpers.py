@@ -101,6 +101,9 @@ def test_an_unwritten_function_shows_one_line_naming_it(tmp_path, monkeypatch, c
     assert shown.startswith("`prompt_lookup` is not written yet")
     assert "section 2.1" in shown and str(ws / "tinyllm" / "spec.py") in shown
     assert "Traceback" not in shown and len(shown.splitlines()) == 1
+    with course.learner_code():
+        tl.spec.SpecConfig.parse("ngram", 4)
+    assert capsys.readouterr().out.startswith("`SpecConfig.parse` is not written yet. Write it in ")
 
 
 def test_a_learner_exception_names_the_function_and_line(tmp_path, monkeypatch, capsys):
