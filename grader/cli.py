@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import traceback
 
 from grader.errors import OlError
+from grader.run import stop_all
 
 DESCRIPTION = """ol grades the course's modules.
 
@@ -87,8 +89,14 @@ def dispatch(args: argparse.Namespace) -> int:
     return mutants(args.module, args.jobs, args.save)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Terminated like interrupted: unwind, so the test processes ol started are stopped too.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return dispatch(args)
     except OlError as err:
@@ -100,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
+        stop_all()
         print("ol: interrupted", file=sys.stderr)
         return 130
     except Exception:

@@ -19,7 +19,7 @@ from pathlib import Path
 from grader import signatures
 from grader.catalog import Catalog, Module, Pitfall, check_fixtures, load_catalog
 from grader.errors import UsageError
-from grader.run import SuiteRun, run_suite
+from grader.run import SuiteRun, run_suite, stop_all
 
 BASELINE = "reference"
 
@@ -104,10 +104,15 @@ def _run_module(catalog: Catalog, module: Module, jobs: int, save: bool) -> bool
     progress = _Progress(len(tasks))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(_run_one, catalog, module, pitfall): ident for ident, pitfall in tasks}
-        for future in as_completed(futures):
-            result = future.result()
-            results[result.id] = result
-            progress.done(result)
+        try:
+            for future in as_completed(futures):
+                result = future.result()
+                results[result.id] = result
+                progress.done(result)
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_all()
+            raise
     progress.close()
     ordered = [results[ident] for ident, _ in tasks]
     print()

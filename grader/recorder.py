@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-FD_ENV = "OL_REPORT_FD"
-NONCE_ENV = "OL_REPORT_NONCE"
+from grader.protocol import FD_ENV, NONCE_ENV
+
 MESSAGE_LIMIT = 400
 
 _fd = int(os.environ.pop(FD_ENV, "-1"))

@@ -24,12 +24,15 @@ from pathlib import Path
 from typing import Callable
 
 from grader.catalog import Module
-from grader.recorder import FD_ENV, NONCE_ENV
+from grader.protocol import FD_ENV, NONCE_ENV
 
 # Starting Python, numpy and pytest, and importing the suite, on a busy machine.
 STARTUP_ALLOWANCE = 10.0
 # How long a finished session may take to exit (atexit handlers of the code under test).
 EXIT_GRACE = 3.0
+
+# Test processes running now, so an interrupted ol can stop them all (see stop_all).
+_LIVE: set[subprocess.Popen] = set()
 
 PYTEST_INI = """[pytest]
 addopts =
@@ -207,11 +210,13 @@ def _run_once(module: Module, impl: Path, rundir: Path, targets: list[str], keyw
                                      stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,), start_new_session=True)
         finally:
             os.close(write_fd)
+        _LIVE.add(child)
         try:
             _watch(child, read_fd, nonce, timeout, state, log_path)
         finally:
             os.close(read_fd)
             _kill_group(child)
+            _LIVE.discard(child)
     state.output.append(log_path.read_text(errors="replace"))
 
 
@@ -331,6 +336,12 @@ def _wait(child: subprocess.Popen, grace: float) -> int | None:
     except subprocess.TimeoutExpired:
         _kill_group(child)
         return None
+
+
+def stop_all() -> None:
+    """Kill every test process still running (ol was interrupted)."""
+    for child in list(_LIVE):
+        _kill_group(child)
 
 
 def _kill_group(child: subprocess.Popen) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ol_helpers import ROOT, edit, ol, put_reference
 
 L10_1_FILES = ("pcg32.py", "sampling.py", "kvpool.py")
@@ -57,16 +59,21 @@ def test_a_buggy_needed_module_is_named_and_ref_deps_bypasses_it(tmp_path):
     assert passed.code == 0, passed.text
 
 
-def test_a_hanging_function_times_out_within_the_bound(tmp_path):
+HANGS = {
+    "python loop": "        while True:\n            pass\n",
+    # Blocked inside C, deaf to the signals a timeout within the test process would rely on.
+    "C call, signals ignored": ("        import ctypes, signal\n"
+                                "        for sig in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT):\n"
+                                "            signal.signal(sig, signal.SIG_IGN)\n"
+                                "        ctypes.CDLL(None).sleep(3600)\n"),
+}
+
+
+@pytest.mark.parametrize("hang", HANGS.values(), ids=HANGS.keys())
+def test_a_hanging_function_times_out_within_the_bound(tmp_path, hang):
     put_reference(tmp_path, "spec.py")
-    # A loop that ignores the signals a timeout inside the test process would rely on.
     edit(tmp_path / "tinyllm" / "spec.py", '        names = [d.value for d in Draft]\n',
-         '        import signal, time\n'
-         '        for sig in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT):\n'
-         '            signal.signal(sig, signal.SIG_IGN)\n'
-         '        while True:\n'
-         '            time.sleep(0.01)\n'
-         '        names = [d.value for d in Draft]\n')
+         hang + '        names = [d.value for d in Draft]\n')
     ran = ol("check", "L10.8", "--ref-deps", "--timeout", "2", workspace=tmp_path, limit=90)
     assert ran.code == 1, ran.text
     assert "TIMEOUT  config_parses_runtime_values  timed out after 2 s" in ran.out
