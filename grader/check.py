@@ -104,7 +104,7 @@ def _require_needs(catalog: Catalog, module: Module, ws: Workspace) -> None:
         sources = assemble.plan(catalog, dep, ws, ref_deps=False)
         fingerprint = assemble.digest(sources, dep)
         last = ws.last_checks().get(dep.id, {})
-        if last.get("digest") == fingerprint:
+        if last.get("digest") == fingerprint and not last.get("ref_deps"):
             statuses = last.get("tests", {})
         else:
             check_fixtures(dep)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from grader.catalog import Module, load_catalog
+from grader import assemble
+from grader.catalog import Catalog, Module, load_catalog
 from grader.table import render
 from grader.workspace import Workspace, resolve_workspace
 
@@ -11,22 +12,33 @@ def list_modules(workspace: str | None = None) -> int:
     catalog = load_catalog()
     ws = resolve_workspace(workspace)
     checks = ws.last_checks()
-    rows = [[m.id, m.title, ", ".join(m.needs) or "-", ", ".join(m.learner_files), status(m, ws, checks.get(m.id))]
+    rows = [[m.id, m.title, ", ".join(m.needs) or "-", ", ".join(m.learner_files), status(catalog, m, ws, checks.get(m.id))]
             for m in catalog.modules.values()]
     print(render(["module", "title", "needs", "you write", "status"], rows))
     print(f"\nWorkspace: {ws.root}")
     return 0
 
 
-def status(module: Module, ws: Workspace, last: dict | None) -> str:
-    """not started / started, not checked / N of M passing at last check / passing."""
+def status(catalog: Catalog, module: Module, ws: Workspace, last: dict | None) -> str:
+    """not started / started, not checked / N of M passing at last check / passing, and whether
+    the files have changed since that check."""
     if not ws.started(module):
         return "not started"
     tests = (last or {}).get("tests", {})
     if not tests:
         return "started, not checked"
     passing = sum(1 for name in module.test_names if tests.get(name) == "pass")
-    suffix = " (with --ref-deps)" if last.get("ref_deps") else ""
+    notes = ["with --ref-deps"] if last.get("ref_deps") else []
+    if last.get("digest") and _changed_since(catalog, module, ws, last):
+        notes.append("files changed since")
+    suffix = f" ({', '.join(notes)})" if notes else ""
     if passing == len(module.tests):
         return f"passing{suffix}"
     return f"{passing} of {len(module.tests)} passing at last check{suffix}"
+
+
+def _changed_since(catalog: Catalog, module: Module, ws: Workspace, last: dict) -> bool:
+    try:
+        return assemble.digest(assemble.plan(catalog, module, ws, bool(last.get("ref_deps"))), module) != last["digest"]
+    except OSError:
+        return True

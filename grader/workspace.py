@@ -70,7 +70,7 @@ class Workspace:
             "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "tests": tests,
             "ref_deps": ref_deps,
-            "digest": digest if full and not ref_deps else None,
+            "digest": digest if full else None,
         }
         try:
             self.state_dir.mkdir(exist_ok=True)
