@@ -36,6 +36,7 @@ CHROMIUM_PATHS = ("/usr/lib/chromium/chromium", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
 IDLE = '.jp-StatusBar-TextItem:has-text("| Idle")'
+STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
 PANEL_OF_PRIMARY = ".widget-vbox:has(> .widget-hbox .course-primary)"
 
 
@@ -157,10 +158,14 @@ def check_notebook(context, lab: Lab, name: str, out: Path, timeout_s: float) ->
         page.locator('.lm-MenuBar-itemLabel:text-is("Run")').click()
         page.locator('.lm-Menu-itemLabel:text-is("Run All Cells")').click()
         try:
-            page.wait_for_selector(".course-check table", timeout=timeout_s * 1000)
+            # Run All stops at a failing cell: its traceback ends the wait as well as the last cell.
+            page.wait_for_selector(f'.course-check table, {STDERR}:has-text("Traceback")',
+                                   timeout=timeout_s * 1000)
         except Exception:
-            outcome.problems.append(f"the notebook did not run to its check cell within {timeout_s:.0f} s"
-                                    + errors_shown(page))
+            outcome.problems.append(f"the notebook did not run to its check cell within {timeout_s:.0f} s")
+            return outcome
+        if not page.locator(".course-check table").count():
+            outcome.problems.append("a cell failed before the check cell" + errors_shown(page))
             return outcome
         page.wait_for_selector(IDLE, timeout=60_000)
         inspect(page, outcome)
@@ -181,7 +186,7 @@ def check_notebook(context, lab: Lab, name: str, out: Path, timeout_s: float) ->
 
 
 def errors_shown(page) -> str:
-    texts = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+    texts = page.locator(STDERR)
     shown = [t for t in texts.all_inner_texts() if "Traceback" in t or "Error" in t]
     return (":\n" + shown[0][-1200:]) if shown else ""
 
