@@ -27,6 +27,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Sequence
 
+# The tiny llama's matrices are small: on a shared 2-core machine, BLAS threads spend more time
+# waiting on each other than multiplying, and a pass gets ten times slower and noisy. One thread, as
+# for ol check, unless you chose otherwise. This only takes effect before numpy is first imported,
+# which is why the notebooks import this module first.
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
 MODULE = "L10.8"
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "solutions" / "tinyllm"
