@@ -15,7 +15,7 @@ def start(module_id: str, workspace: str | None = None, force: bool = False) -> 
     """Write ``module_id``'s stubs into the workspace; with ``force``, back up what they replace first."""
     catalog = load_catalog()
     module = catalog.get(module_id)
-    ws = resolve_workspace(workspace)
+    ws = resolve_workspace(workspace, create=True)
     stubs = _stub_paths(module)
     existing = [f for f in module.learner_files if ws.learner_file(f).exists()]
     if existing and not force:

@@ -81,10 +81,18 @@ class Workspace:
             print(f"ol: note: could not record this check in {self.state_file}: {err}")
 
 
-def resolve_workspace(arg: str | None) -> Workspace:
-    """``--workspace`` if given, else ``OL_WORKSPACE``, else the current folder."""
+def resolve_workspace(arg: str | None, create: bool = False) -> Workspace:
+    """``--workspace`` if given, else ``OL_WORKSPACE``, else the current folder.
+
+    With ``create`` (``ol start``), a workspace folder that does not exist yet is made.
+    """
     raw = arg or os.environ.get(WORKSPACE_ENV) or os.getcwd()
     root = Path(raw).expanduser().resolve()
+    if create and not root.exists():
+        try:
+            root.mkdir(parents=True)
+        except OSError as err:
+            raise UsageError(f"could not create the workspace {root}: {err.strerror}") from err
     if not root.is_dir():
         source = "--workspace" if arg else WORKSPACE_ENV
         raise UsageError(f"the workspace {root} ({source}) is not a folder")

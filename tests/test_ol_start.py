@@ -68,9 +68,11 @@ def test_tests_table_names_every_test_with_its_kind():
 
 
 def test_workspace_from_option_and_environment(tmp_path):
-    assert ol("start", "L10.8", "--workspace", str(tmp_path / "a"), workspace=ROOT).code == 2  # not a folder
-    (tmp_path / "a").mkdir()
-    assert ol("start", "L10.8", "--workspace", str(tmp_path / "a"), workspace=ROOT).code == 0
+    (tmp_path / "file").write_text("not a folder")
+    refused = ol("start", "L10.8", "--workspace", str(tmp_path / "file"), workspace=ROOT)
+    assert refused.code == 2 and "not a folder" in refused.err
+    assert ol("check", "L10.8", "--workspace", str(tmp_path / "nowhere"), workspace=ROOT).code == 2
+    assert ol("start", "L10.8", "--workspace", str(tmp_path / "a"), workspace=ROOT).code == 0  # made for you
     (tmp_path / "b").mkdir()
     assert ol("start", "L10.8", workspace=ROOT, env={"OL_WORKSPACE": str(tmp_path / "b")}).code == 0
     assert (tmp_path / "a" / "tinyllm" / "spec.py").is_file() and (tmp_path / "b" / "tinyllm" / "spec.py").is_file()
