@@ -195,6 +195,9 @@ class Target(Protocol):
 
 @dataclass
 class SpecStats:
+    """Counters of one request: draft tokens proposed, draft tokens the verifier accepted (also
+    those past an EOS or a listener's stop in the same round), and target forward passes."""
+
     drafted: int = 0
     accepted: int = 0
     target_calls: int = 0
