@@ -16,6 +16,7 @@ from tinyllm.spec import SpecConfig, generate
 FOLDER = Path(__file__).resolve().parents[1] / "fixtures" / "model"
 WEIGHTS = FOLDER / "tiny_llama.npz"
 CONTEXT = 384  # the window length the model was trained on
+COPY_THRESHOLD = 0.85  # the shipped weights reach 0.93; before they learned to copy, 0.61
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +45,26 @@ def bits_per_byte(model: TinyLlama, data: bytes) -> float:
     return total / count / math.log(2)
 
 
+def full_logits(model: TinyLlama, ids: list[int]) -> np.ndarray:
+    pool = model.new_pool(-(-len(ids) // 16), 16)
+    return model.forward(pool, [list(range(pool.num_blocks))] * len(ids), list(range(len(ids))), ids)
+
+
+def test_model_copies_a_held_out_text_written_twice(model):
+    """Induction: once a span has been seen, the model predicts its repeat from context."""
+    data = (FOLDER / "held_out.txt").read_bytes()
+    span, hits, total = 160, 0, 0
+    for start in range(0, len(data) - span, len(data) // 6):
+        ids = list(data[start:start + span]) * 2
+        guess = full_logits(model, ids[:-1]).argmax(axis=1)
+        hits += int((guess[span:] == np.array(ids[span + 1:])).sum())
+        total += span - 1
+    assert hits / total > COPY_THRESHOLD, f"second-copy greedy accuracy {hits / total:.3f}"
+
+
 def test_held_out_text_costs_far_fewer_than_8_bits_per_byte(model):
     bpb = bits_per_byte(model, (FOLDER / "held_out.txt").read_bytes())
-    assert bpb < 2.5, f"{bpb:.3f} bits per byte"  # 2.04 for the shipped weights; uniform is 8
+    assert bpb < 2.5, f"{bpb:.3f} bits per byte"  # 2.01 for the shipped weights; uniform is 8
 
 
 def test_greedy_with_prompt_lookup_equals_greedy_without(model):
