@@ -6,7 +6,6 @@ Section numbers refer to the module card (``course/L10.8.md``).
 """
 
 import enum
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
