@@ -14,6 +14,7 @@ from grader.run import stop_all
 DESCRIPTION = """ol grades the course's modules.
 
 Learner:    ol list; ol start L10.8; ol tests L10.8; ol check L10.8 [--ref-deps]; ol diff L10.8
+            ol lab (the chapter notebooks in JupyterLab, running your workspace)
 Instructor: ol mutants L10.8 (every named pitfall must be caught by its named test)
 
 The workspace is the folder holding your tinyllm/ package: the current folder, or --workspace DIR,
@@ -59,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--ref-deps", action="store_true", help="take the modules this one needs from the reference")
     diff.add_argument("--cases", type=int, default=3, metavar="N", help="differing cases to show per test (default 3)")
 
+    lab = verbs.add_parser("lab", parents=[where], help="open the chapter notebooks in JupyterLab, running your workspace",
+                           description="Start JupyterLab on the course's notebooks/ with OL_WORKSPACE set to your workspace "
+                                       "(without --workspace or OL_WORKSPACE: the current folder if the module is started "
+                                       "there, else the workspace ol start remembered).")
+    lab.add_argument("--dry-run", action="store_true", help="print the jupyter lab command instead of running it")
+    lab.add_argument("jupyter_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
+                     help="arguments after -- go to jupyter lab, e.g. -- --no-browser --port 8899")
+
     mutants = verbs.add_parser("mutants", help="for instructors: prove each named pitfall is caught by its named test",
                                description="Apply each named pitfall's mutant to a copy of the reference, run the graded "
                                            "suite, and print the kill matrix. Exit 1 if a mutant survives or escapes its named test.")
@@ -85,6 +94,9 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.verb == "diff":
         from grader.diff import diff
         return diff(args.module, args.workspace, args.ref_deps, args.cases)
+    if args.verb == "lab":
+        from grader.lab import lab
+        return lab(args.workspace, args.jupyter_args, args.dry_run)
     from grader.mutants import mutants
     return mutants(args.module, args.jobs, args.save)
 

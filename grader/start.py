@@ -8,6 +8,7 @@ from pathlib import Path
 
 from grader.catalog import Catalog, Module, load_catalog
 from grader.errors import GraderError, UsageError
+from grader.lab import remember_workspace
 from grader.workspace import Workspace, resolve_workspace
 
 
@@ -32,6 +33,7 @@ def start(module_id: str, workspace: str | None = None, force: bool = False) -> 
     for name, stub in stubs.items():
         shutil.copyfile(stub, ws.learner_file(name))
         print(f"Wrote {ws.learner_file(name)}")
+    remember_workspace(ws.root, catalog.root)  # for notebooks opened without ol lab
     print(_next_steps(catalog, module, ws))
     return 0
 

@@ -35,6 +35,7 @@ def ol_command() -> list[str]:
 def ol(*args: str, workspace: Path | None = None, env: dict[str, str] | None = None, limit: float = 120) -> Ran:
     full_env = {k: v for k, v in os.environ.items() if k not in ("OL_IMPL", "OL_WORKSPACE", "OL_COURSE_ROOT")}
     full_env["PYTHONPATH"] = str(ROOT)
+    full_env["OL_LAST_WORKSPACE_FILE"] = ""  # scratch workspaces are not the learner's last one
     full_env.update(env or {})
     started = time.monotonic()
     done = subprocess.run([*ol_command(), *args], cwd=workspace or ROOT, env=full_env, capture_output=True,

@@ -1,0 +1,141 @@
+"""``ol lab``: open the chapter notebooks in JupyterLab, running the learner's workspace.
+
+JupyterLab is started on the course's ``notebooks/`` with ``OL_WORKSPACE`` set to the workspace's
+absolute path, which the notebooks' ``course.py`` reads first. ``ol start`` (and ``ol lab``)
+also remember the last workspace in ``<course root>/.ol-workspace``, so notebooks opened by hand
+(``jupyter lab notebooks/``) find it too. That file sits in the clone, not in the user's config
+folder: the notebooks that read it belong to this clone, and two clones (two courses, or a fresh
+one beside an old one) then never point at each other's workspaces. ``OL_LAST_WORKSPACE_FILE``
+names another file, or, empty, turns remembering off (the project's tests do, so their scratch
+workspaces are never remembered).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from grader.catalog import course_root, load_catalog
+from grader.errors import UsageError
+from grader.workspace import WORKSPACE_ENV, Workspace, resolve_workspace
+
+NOTEBOOK_MODULE = "L10.8"
+REMEMBER_ENV = "OL_LAST_WORKSPACE_FILE"
+REMEMBER_NAME = ".ol-workspace"
+# Defaults ol lab gives JupyterLab. Widget state saved with the notebook: a notebook reopened after
+# its kernel ended (the next day, a restart) shows its last figures instead of "Error displaying
+# widget: model not found". The learner's own settings still win over these defaults.
+LAB_DEFAULTS = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
+
+
+def remembered_file(root: Path | None = None) -> Path | None:
+    """Where the last started workspace is remembered; None when remembering is turned off."""
+    named = os.environ.get(REMEMBER_ENV)
+    if named is not None:
+        return Path(named).expanduser() if named else None
+    return (root or course_root()) / REMEMBER_NAME
+
+
+def remember_workspace(workspace: Path, root: Path | None = None) -> None:
+    """Note ``workspace`` (absolute) as the last one started; a failure to write is only a note."""
+    target = remembered_file(root)
+    if target is None:
+        return
+    try:
+        target.write_text(str(workspace.resolve()) + "\n")
+    except OSError as err:
+        print(f"ol: note: could not remember this workspace in {target}: {err.strerror}")
+
+
+def remembered_workspace(root: Path | None = None) -> Path | None:
+    """The last workspace ``ol start`` or ``ol lab`` used, if it is still a folder."""
+    target = remembered_file(root)
+    try:
+        text = target.read_text().strip() if target is not None else ""
+    except OSError:
+        return None
+    return Path(text) if text and Path(text).is_dir() else None
+
+
+def _choose_workspace(arg: str | None) -> tuple[Workspace, str]:
+    """Like the other verbs (``--workspace``, ``OL_WORKSPACE``, the current folder), except that a
+    current folder holding no started module gives way to the remembered workspace."""
+    ws = resolve_workspace(arg)
+    if arg or os.environ.get(WORKSPACE_ENV):
+        return ws, "--workspace" if arg else WORKSPACE_ENV
+    module = load_catalog().get(NOTEBOOK_MODULE)
+    remembered = remembered_workspace()
+    if not ws.started(module) and remembered is not None:
+        return Workspace(remembered), f"the workspace ol start remembered in {remembered_file()}"
+    return ws, "the current folder"
+
+
+def lab_command(ws: Workspace, extra: list[str], root: Path | None = None) -> tuple[list[str], dict[str, str]]:
+    """The ``jupyter lab`` command and environment that open the chapters on ``ws``."""
+    root = root or course_root()
+    notebooks = root / "notebooks"
+    settings = _write_settings(ws)
+    env = dict(os.environ)
+    env[WORKSPACE_ENV] = str(ws.root.resolve())
+    # course.py is importable from a copy of a notebook too, wherever it is opened.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(notebooks), env.get("PYTHONPATH", "")]))
+    command = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={notebooks}",
+               f"--LabApp.app_settings_dir={settings}", *extra]
+    return command, env
+
+
+def _write_settings(ws: Workspace) -> Path:
+    """A JupyterLab settings folder in the workspace's ``.ol/``: the installation's overrides,
+    if any, with :data:`LAB_DEFAULTS` on top."""
+    folder = ws.state_dir / "lab-settings"
+    merged: dict = {}
+    try:
+        from jupyterlab.commands import get_app_dir
+
+        installed = Path(get_app_dir()) / "settings" / "overrides.json"
+        merged = json.loads(installed.read_text()) if installed.is_file() else {}
+    except (ImportError, OSError, ValueError):
+        merged = {}
+    for plugin, values in LAB_DEFAULTS.items():
+        merged.setdefault(plugin, {}).update(values)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "overrides.json").write_text(json.dumps(merged, indent=1) + "\n")
+    except OSError as err:
+        raise UsageError(f"could not write JupyterLab's settings in {folder}: {err.strerror}") from err
+    return folder
+
+
+def _not_started(module_id: str, root: Path, typed: str | None, missing: list[str]) -> UsageError:
+    shown = shlex.quote(typed or str(root))
+    return UsageError(f"{module_id} is not started in {root} (no tinyllm/{', tinyllm/'.join(missing)}): "
+                      f"run ol start {module_id} --workspace {shown}, then ol lab --workspace {shown}")
+
+
+def lab(workspace: str | None, extra: list[str], dry_run: bool = False) -> int:
+    """Open JupyterLab on the chapters with ``OL_WORKSPACE`` set; with ``dry_run``, print the command."""
+    module = load_catalog().get(NOTEBOOK_MODULE)
+    typed = workspace or os.environ.get(WORKSPACE_ENV)
+    if typed and not Path(typed).expanduser().resolve().exists():
+        raise _not_started(module.id, Path(typed).expanduser().resolve(), typed, list(module.learner_files))
+    ws, chosen_by = _choose_workspace(workspace)
+    missing = ws.missing_files(module)
+    if missing:
+        raise _not_started(module.id, ws.root, typed, missing)
+    if importlib.util.find_spec("jupyterlab") is None:
+        raise UsageError("JupyterLab is not installed here: pip install -e . (from the course's clone)")
+    command, env = lab_command(ws, extra[1:] if extra[:1] == ["--"] else extra)
+    if dry_run:
+        print(f"{WORKSPACE_ENV}={shlex.quote(env[WORKSPACE_ENV])} PYTHONPATH={shlex.quote(env['PYTHONPATH'])} "
+              + shlex.join(command))
+        return 0
+    remember_workspace(ws.root)
+    print(f"ol lab: the chapters run your code in {ws.root} ({chosen_by}); stop JupyterLab with Ctrl-C",
+          flush=True)
+    sys.stderr.flush()
+    os.execve(command[0], command, env)
+    return 0  # not reached: JupyterLab replaced this process
