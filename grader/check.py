@@ -7,13 +7,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from grader import assemble, signatures
-from grader.catalog import Catalog, Module, Pitfall, check_fixtures, load_catalog
+from grader import assemble
+from grader.catalog import Catalog, Module, check_fixtures, load_catalog
+from grader.diagnose import Diagnosis, diagnose
 from grader.errors import OlError, UsageError
 from grader.run import SuiteRun, TestOutcome, run_suite
 from grader.workspace import Workspace, resolve_workspace
 
-MAX_HINTS = 3
 RESULTS_VERSION = 3
 LABELS = {"pass": "pass", "fail": "FAIL", "error": "ERROR"}
 
@@ -45,39 +45,54 @@ def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
         print(f"Checking {module.id} ({module.title}) in {ws.root}")
         _print_sources(sources)
         started = time.monotonic()
-        run = _run(module, sources, timeout, keyword, _OutcomePrinter())
-        seconds = time.monotonic() - started
+        with tempfile.TemporaryDirectory(prefix="ol-check-") as tmp:
+            impl = assemble.build(sources, Path(tmp))
+            run = run_suite(module, impl, timeout=timeout, keyword=keyword, on_outcome=_OutcomePrinter())
+            seconds = time.monotonic() - started
+            diagnosis = _diagnose(catalog, module, impl, run, timeout)
     except OlError as err:
         if json_path:
-            _write_json(json_path, module_id, "error", str(err), [])
+            _write_json(json_path, module_id, "error", str(err), [], None)
         raise
     if not run.outcomes and not run.problem:
         message = f"no test of {module.id} matches -k {keyword!r}; see: ol tests {module.id}"
         if json_path:
-            _write_json(json_path, module.id, "error", message, [])
+            _write_json(json_path, module.id, "error", message, [], None)
         raise UsageError(message)
     if verbose and run.failed:
         print(f"\npytest's report:\n{run.output.rstrip()}")
-    _print_summary(module, run, keyword, seconds)
+    _print_summary(module, run, keyword, seconds, diagnosis)
     statuses = {name: o.status for name, o in run.outcomes.items()}
     ws.record_check(module.id, statuses, full=keyword is None, ref_deps=ref_deps,
                     digest=fingerprint if keyword is None else None)
     if json_path:
         status = "pass" if run.all_passed and not run.problem else "fail" if run.outcomes else "error"
-        _write_json(json_path, module.id, status, run.problem, list(run.outcomes.values()))
+        _write_json(json_path, module.id, status, run.problem, list(run.outcomes.values()), diagnosis)
     return 0 if run.all_passed and not run.problem else 1
 
 
-def pitfall_hints(module: Module, run: SuiteRun) -> list[Pitfall]:
-    """Named pitfalls whose failure signature the failing tests match (see :mod:`grader.signatures`).
+def _diagnose(catalog: Catalog, module: Module, impl: Path, run: SuiteRun, timeout: float | None) -> Diagnosis | None:
+    """Compare the learner's answers on the tests that failed on an assertion with each named pitfall's.
 
-    The named test must fail on an assertion, not on a stub, a crash, or a timeout; and nothing is
-    hinted when every test fails: that is a missing piece, not a pitfall.
+    Tests that failed on a stub, a crash, a timeout or a broken import are left out: their message
+    already says what is wrong, and there are no answers to compare.
     """
-    if len(run.failed) == len(run.outcomes):
-        return []
-    on_assert = {n for n, o in run.outcomes.items() if o.status == "fail" and "NotImplementedError" not in (o.message or "")}
-    return signatures.matching(module, set(run.failed), on_assert)
+    if run.problem:
+        return None
+    failed = [n for n, o in run.outcomes.items() if o.status == "fail" and not _is_stub(o.message)]
+    if not failed:
+        return None
+    print(f"\nComparing your answers on {_plural(len(failed), 'failing test')} with the reference's and each "
+          "named pitfall's ...", flush=True)
+    return diagnose(catalog, module, impl, failed, timeout or module.timeout)
+
+
+def _is_stub(message: str | None) -> bool:
+    return "NotImplementedError" in (message or "")
+
+
+def _plural(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def _run(module: Module, sources: list[assemble.Source], timeout: float | None, keyword: str | None,
@@ -140,14 +155,19 @@ class _OutcomePrinter:
 
     def __call__(self, outcome: TestOutcome) -> None:
         label = "TIMEOUT" if outcome.timed_out else LABELS[outcome.status]
+        headline, *details = (outcome.message or "").splitlines() or [""]
         reason = ""
         if outcome.status != "pass" and outcome.message:
-            reason = "  (same reason)" if outcome.message == self.last else f"  {outcome.message}"
-        self.last = outcome.message
+            reason = "  (same reason)" if outcome.message == self.last else f"  {headline}"
         print(f"  {label:<7}  {outcome.name}{reason}", flush=True)
+        if outcome.status != "pass" and outcome.message != self.last:
+            for line in details:
+                print(f"           {line}", flush=True)
+        self.last = outcome.message
 
 
-def _print_summary(module: Module, run: SuiteRun, keyword: str | None, seconds: float) -> None:
+def _print_summary(module: Module, run: SuiteRun, keyword: str | None, seconds: float,
+                   diagnosis: Diagnosis | None) -> None:
     total = len(run.outcomes)
     if not total:
         print(f"\nNo test ran: {run.problem}.")
@@ -158,21 +178,23 @@ def _print_summary(module: Module, run: SuiteRun, keyword: str | None, seconds: 
         print(f"Note: {run.problem}.")
     if run.extra:
         print(f"Note: the suite has tests the catalog does not list, not counted: {', '.join(run.extra)}.")
-    hints = pitfall_hints(module, run)
-    for pitfall in hints[:MAX_HINTS]:
-        print(f"Hint ({pitfall.caught_by} failed): pitfall {pitfall.id}, \"{pitfall.title}\": {pitfall.symptom}.")
-    if len(hints) > MAX_HINTS:
-        print(f"... and {len(hints) - MAX_HINTS} more pitfalls caught by the same tests (ol tests {module.id}).")
+    if diagnosis is not None:
+        for line in diagnosis.hint_lines():
+            print(line)
 
 
-def _write_json(path: str, module_id: str, status: str, message: str | None, outcomes: list[TestOutcome]) -> None:
+def _write_json(path: str, module_id: str, status: str, message: str | None, outcomes: list[TestOutcome],
+                diagnosis: Diagnosis | None) -> None:
     """Per-test results in the format grader/README.md documents (exercism test-runner v3 fields)."""
+    found = diagnosis.tests if diagnosis is not None else {}
     results = {
         "version": RESULTS_VERSION,
         "status": status,
         "message": message,
         "module": module_id,
-        "tests": [{"name": o.name, "status": o.status, "message": o.message, "duration": o.duration} for o in outcomes],
+        "tests": [{"name": o.name, "status": o.status, "message": o.message, "duration": o.duration,
+                   "diagnosis": found[o.name].as_json(diagnosis.module) if o.name in found else None}
+                  for o in outcomes],
     }
     try:
         Path(path).write_text(json.dumps(results, indent=2) + "\n")

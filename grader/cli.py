@@ -73,7 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
                                            "suite, and print the kill matrix. Exit 1 if a mutant survives or escapes its named test.")
     mutants.add_argument("module", help="a module id, or 'all'")
     mutants.add_argument("--jobs", type=int, default=2, metavar="N", help="mutants run at once (default 2)")
-    mutants.add_argument("--save", action="store_true", help="save each mutant's failing tests as its pitfall's signature (grader/signatures/), for ol check's hints")
     return parser
 
 
@@ -98,7 +97,7 @@ def dispatch(args: argparse.Namespace) -> int:
         from grader.lab import lab
         return lab(args.workspace, args.jupyter_args, args.dry_run)
     from grader.mutants import mutants
-    return mutants(args.module, args.jobs, args.save)
+    return mutants(args.module, args.jobs)
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import signatures
 from grader.catalog import Catalog, Module, Pitfall, check_fixtures, load_catalog
 from grader.errors import UsageError
 from grader.run import SuiteRun, run_suite, stop_all
@@ -57,11 +56,8 @@ class MutantResult:
         return self.pitfall.caught_by in self.killers
 
 
-def mutants(module_id: str, jobs: int = 2, save: bool = False) -> int:
-    """Run every named mutant of ``module_id`` (or of every module, for ``all``); 0 when all are killed by their named tests.
-
-    With ``save``, each mutant's failing tests become its pitfall's signature for ``ol check``'s hints.
-    """
+def mutants(module_id: str, jobs: int = 2) -> int:
+    """Run every named mutant of ``module_id`` (or of every module, for ``all``); 0 when all are killed by their named tests."""
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {jobs}")
     catalog = load_catalog()
@@ -72,7 +68,7 @@ def mutants(module_id: str, jobs: int = 2, save: bool = False) -> int:
         if not module.pitfalls:
             print(f"{module.id} names no pitfalls; nothing to run.\n")
             continue
-        ok = _run_module(catalog, module, jobs, save) and ok
+        ok = _run_module(catalog, module, jobs) and ok
     return 0 if ok else 1
 
 
@@ -96,7 +92,7 @@ def kill_matrix(module: Module, results: list[MutantResult]) -> str:
     return "\n".join(lines)
 
 
-def _run_module(catalog: Catalog, module: Module, jobs: int, save: bool) -> bool:
+def _run_module(catalog: Catalog, module: Module, jobs: int) -> bool:
     print(f"{module.id}: {len(module.pitfalls)} mutants and the reference, {jobs} at a time", flush=True)
     started = time.monotonic()
     tasks = [(BASELINE, None)] + [(p.id, p) for p in module.pitfalls]
@@ -126,18 +122,8 @@ def _run_module(catalog: Catalog, module: Module, jobs: int, save: bool) -> bool
     killed = sum(1 for r in mutant_results if r.ok)
     print(f"\n{killed} of {len(mutant_results)} mutants killed by their named tests "
           f"({time.monotonic() - started:.1f} s).")
-    _signatures(module, mutant_results, save)
     print()
     return all(r.ok for r in ordered)
-
-
-def _signatures(module: Module, results: list[MutantResult], save: bool) -> None:
-    found = {r.id: r.killers for r in results if r.run is not None}
-    if save:
-        print(f"Saved the pitfalls' failure signatures to {signatures.save(module.id, found)}")
-    elif signatures.load(module.id) != found:
-        print(f"Note: {signatures.path_for(module.id)} does not match this run; "
-              f"save this run's with: ol mutants {module.id} --save")
 
 
 def _run_one(catalog: Catalog, module: Module, pitfall: Pitfall | None) -> MutantResult:
@@ -146,13 +132,13 @@ def _run_one(catalog: Catalog, module: Module, pitfall: Pitfall | None) -> Mutan
         copy = Path(tmp)
         shutil.copytree(catalog.reference, copy / "solutions", ignore=shutil.ignore_patterns("__pycache__"))
         if pitfall is not None:
-            error = _apply(module.root / pitfall.mutant, copy)
+            error = apply_patch(module.root / pitfall.mutant, copy)
             if error:
                 return MutantResult(ident, pitfall, None, error)
         return MutantResult(ident, pitfall, run_suite(module, copy / "solutions"))
 
 
-def _apply(patch: Path, tree: Path) -> str | None:
+def apply_patch(patch: Path, tree: Path) -> str | None:
     """Apply ``patch`` with ``patch -p1`` inside ``tree``; the reason it failed, or None."""
     if not patch.is_file():
         return f"the mutant {patch} is missing"

@@ -24,6 +24,8 @@ import pytest
 from grader.protocol import FD_ENV, NONCE_ENV
 
 MESSAGE_LIMIT = 400
+# A failed case's message (grader.cases) spans lines: which case, the call, expected, yours, the rule.
+ASSERTION_LIMIT = 2000
 
 _fd = int(os.environ.pop(FD_ENV, "-1"))
 _nonce = os.environ.pop(NONCE_ENV, "")
@@ -36,7 +38,7 @@ _WATCHED_MODULES = (
     "builtins", "pytest", "pluggy", "pluggy._hooks", "pluggy._callers", "pluggy._manager", "pluggy._result",
     "_pytest.runner", "_pytest.python", "_pytest.reports", "_pytest.main", "_pytest.outcomes",
     "_pytest.python_api", "_pytest.raises", "_pytest.fixtures", "_pytest.nodes", "_pytest.skipping",
-    "_pytest.assertion.rewrite", "numpy.testing", "numpy.testing._private.utils", "numpy", __name__,
+    "_pytest.assertion.rewrite", "numpy.testing", "numpy.testing._private.utils", "numpy", "grader.cases", __name__,
 )
 _WATCHED_CLASSES = (
     ("_pytest.python", "Function"), ("_pytest.nodes", "Item"), ("_pytest.nodes", "Node"),
@@ -62,7 +64,13 @@ def _first_line(text: str) -> str:
 
 
 def _describe(exc: BaseException) -> str:
-    """``Type: first line``, plus where in the code under test it was raised when not an assert."""
+    """``Type: first line``, plus where in the code under test it was raised when not an assert.
+
+    A failed assertion keeps its whole message: the graded tests write the failing case there.
+    """
+    if isinstance(exc, AssertionError) and str(exc).strip():
+        text = "\n".join(line.rstrip() for line in str(exc).strip().splitlines())
+        return text if len(text) <= ASSERTION_LIMIT else text[:ASSERTION_LIMIT - 3] + "..."
     detail = _first_line(str(exc))
     name = type(exc).__name__
     text = f"{name}: {detail}" if detail else name

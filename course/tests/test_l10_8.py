@@ -1,23 +1,27 @@
 """Graded tests for L10.8, speculative decoding in the engine (card: course/L10.8.md, section 4).
 
-Each test is named after a row of the card's table. The code under test is reached only through
-``tinyllm.*``, which the conftest binds to the package ``OL_IMPL`` names; ``fakes`` holds the fake
-targets of the generation tests.
+Each test is named after a row of the card's table and checks a list of cases (``grader.cases``):
+``cases_<name>()`` builds them, ``test_<name>()`` checks them. A failing case is named in the
+message with the call that reproduces it, the expected answer, yours, where they part and the
+card's rule; ``ol check`` also compares your answers on those cases with each named pitfall's.
+
+The code under test is reached only through ``tinyllm.*``, which the conftest binds to the package
+``OL_IMPL`` names; ``fakes`` holds the fake targets of the generation tests.
 """
 
 import math
 
 import numpy as np
-import pytest
 from scipy.special import chdtri
 
 from conftest import load_fixture
 from fakes import CycleTarget, TableTarget
+from grader.cases import Case, call, check, raises
 from tinyllm.kvpool import KvPool
 from tinyllm.sampling import SamplingParams, sample, stream
-from tinyllm.spec import (Draft, SpecConfig, SpecError, blocks_for, generate, generate_stream,
-                          ngram_draft, prompt_lookup, residual, rollback, sample_dense,
-                          speculative_step, verify_draft)
+from tinyllm.spec import (Draft, SpecConfig, blocks_for, generate, generate_stream, ngram_draft,
+                          prompt_lookup, residual, rollback, sample_dense, speculative_step,
+                          verify_draft)
 
 GOLDEN = "L10.8/spec_golden.json"
 GREEDY = SamplingParams()
@@ -26,10 +30,18 @@ GREEDY = SamplingParams()
 CYCLE = [1, 2, 3, 4, 5, 0, 0, 0]
 CYCLE_PROMPT = [0, 1, 2, 3, 4, 5, 0, 1]
 
+_golden = None
 
-@pytest.fixture(scope="module")
-def golden():
-    return load_fixture(GOLDEN)
+
+def golden(section: str) -> list[dict]:
+    """A list of recorded cases from the golden fixture (read once per process)."""
+    global _golden
+    if _golden is None:
+        _golden = load_fixture(GOLDEN)
+    if section not in _golden:
+        raise AssertionError(f"fixtures/{GOLDEN} has no {section!r} cases; regenerate it with "
+                             "python oracle/L10.8/spec_golden.py --out fixtures/L10.8/spec_golden.json")
+    return _golden[section]
 
 
 def f32_row(hexed: str) -> np.ndarray:
@@ -38,6 +50,15 @@ def f32_row(hexed: str) -> np.ndarray:
 
 def f64_row(hexed: str) -> np.ndarray:
     return np.frombuffer(bytes.fromhex(hexed), dtype="<f8").copy()
+
+
+def rows_text(rows) -> str:
+    return "[" + ", ".join(f"np.array({np.asarray(r).tolist()!r}, dtype=np.float32)" for r in rows) + "]"
+
+
+def params_text(prm: SamplingParams) -> str:
+    changed = [f"{k}={v!r}" for k, v in vars(prm).items() if v != getattr(GREEDY, k)]
+    return f"SamplingParams({', '.join(changed)})"
 
 
 def plain_greedy(target, prompt, params, max_new):
@@ -54,126 +75,253 @@ def plain_greedy(target, prompt, params, max_new):
 
 # --- 2.1 Drafts --------------------------------------------------------------------------------
 
+LOOKUP_RULE = ("card 2.1: for n from max_ngram down to min_ngram, copy up to k tokens after the latest "
+               "earlier occurrence of the last n tokens; the copy may run on into the suffix and stops "
+               "only at the end of the context; no occurrence for any n gives []")
+
+
+def cases_hand_example_prompt_lookup():
+    def lookup(label, ctx, k, max_ngram, min_ngram, want):
+        return call(label, prompt_lookup, ctx, k, max_ngram, min_ngram, expected=want, rule=LOOKUP_RULE)
+
+    return [
+        # Section 3: [8 5 6] never occurred; [5 6] did, at 0, and [7 8 5] followed it.
+        lookup("section 3", [5, 6, 7, 8, 5, 6], 3, 3, 1, [7, 8, 5]),
+        lookup("a copy that runs into the suffix", [1, 2, 3, 1, 2], 4, 3, 1, [3, 1, 2]),
+        lookup("a constant run", [4, 4, 4], 3, 2, 1, [4]),
+        lookup("no earlier occurrence", [1, 2, 3, 4], 3, 3, 1, []),
+        lookup("one token", [9], 3, 3, 1, []),
+        lookup("empty context", [], 3, 3, 1, []),
+        lookup("min_ngram 2 refuses a one-token match", [1, 2, 3, 4, 2], 3, 3, 2, []),
+        lookup("exactly n + 1 tokens", [7, 7, 7], 2, 2, 2, [7]),
+    ]
+
+
 def test_hand_example_prompt_lookup():
-    # Section 3: [8 5 6] never occurred; [5 6] did, at 0, and [7 8 5] followed it.
-    assert prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1) == [7, 8, 5]
-    # The continuation runs on into the suffix itself and stops only at the end of the context.
-    assert prompt_lookup([1, 2, 3, 1, 2], 4, 3, 1) == [3, 1, 2]
-    assert prompt_lookup([4, 4, 4], 3, 2, 1) == [4]
-    # No earlier occurrence of any suffix, or a context no longer than the n-gram: no draft.
-    assert prompt_lookup([1, 2, 3, 4], 3, 3, 1) == []
-    assert prompt_lookup([9], 3, 3, 1) == []
-    assert prompt_lookup([], 3, 3, 1) == []
-    # min_ngram 2 refuses a one-token match.
-    assert prompt_lookup([1, 2, 3, 4, 2], 3, 3, 2) == []
+    check(cases_hand_example_prompt_lookup())
 
 
-def test_prompt_lookup_matches_python_l8_6(golden):
-    cases = golden["prompt_lookup"]
-    assert len(cases) == 150
-    wrong = []
-    for case in cases:
-        got = prompt_lookup(case["ctx"], case["k"], case["max_ngram"], case["min_ngram"])
-        if [int(t) for t in got] != case["draft"]:
-            wrong.append(f"{case['name']}: expected {case['draft']}, got {list(got)}")
-    assert not wrong, f"{len(wrong)} of 150 contexts differ; first: {wrong[:3]}"
+def cases_prompt_lookup_matches_python_l8_6():
+    return [call(c["name"], prompt_lookup, c["ctx"], c["k"], c["max_ngram"], c["min_ngram"],
+                 expected=c["draft"], rule=LOOKUP_RULE) for c in golden("prompt_lookup")]
+
+
+def test_prompt_lookup_matches_python_l8_6():
+    check(cases_prompt_lookup_matches_python_l8_6(), "recorded context")
+
+
+NGRAM_RULE = ("card 2.1: for each drafted token, for m from n - 1 down to 1 count the tokens that followed "
+              "every earlier occurrence of the last m tokens (drafted tokens included); the most frequent "
+              "wins, ties to the lowest id; stop when no m matches or at k tokens")
+
+
+def cases_ngram_draft_hand_example():
+    def ngram(label, ctx, k, n, want):
+        return call(label, ngram_draft, ctx, k, n, expected=want, rule=NGRAM_RULE)
+
+    return [
+        ngram("the most frequent follower wins", [7, 1, 7, 2, 7, 2, 7], 1, 2, [2]),
+        ngram("ties to the lowest id; drafted tokens join the context", [1, 2, 3, 1, 2, 4, 1, 2], 5, 3,
+              [3, 1, 2, 3, 1]),
+        ngram("the longest context first", [1, 5, 3, 2, 5, 2, 9, 5, 2, 1, 5], 1, 3, [3]),
+        ngram("back-off to a shorter context", [4, 6, 9, 6], 1, 3, [9]),
+        ngram("nothing matches", [1, 2, 3], 4, 3, []),
+        ngram("n = 1: no context length to try", [3, 3, 3], 4, 1, []),
+    ]
 
 
 def test_ngram_draft_hand_example():
-    # Counts: after [7] came 1 once and 2 twice; the most frequent wins.
-    assert ngram_draft([7, 1, 7, 2, 7, 2, 7], 1, 2) == [2]
-    # Ties go to the lowest id; drafted tokens join the context the next counts read.
-    assert ngram_draft([1, 2, 3, 1, 2, 4, 1, 2], 5, 3) == [3, 1, 2, 3, 1]
-    # Longest context first: [1 5] was followed by 3, though [5] alone was followed by 2 twice.
-    assert ngram_draft([1, 5, 3, 2, 5, 2, 9, 5, 2, 1, 5], 1, 3) == [3]
-    # Back-off: [9 6] never occurred earlier, [6] did.
-    assert ngram_draft([4, 6, 9, 6], 1, 3) == [9]
-    # Stop: nothing matches, or there is no context length to try.
-    assert ngram_draft([1, 2, 3], 4, 3) == []
-    assert ngram_draft([3, 3, 3], 4, 1) == []
+    check(cases_ngram_draft_hand_example())
+
+
+def cases_ngram_draft_matches_python_l8_6():
+    return [call(c["name"], ngram_draft, c["ctx"], c["k"], c["n"], expected=c["draft"], rule=NGRAM_RULE)
+            for c in golden("ngram")]
+
+
+def test_ngram_draft_matches_python_l8_6():
+    check(cases_ngram_draft_matches_python_l8_6(), "recorded context")
+
+
+def cases_config_parses_runtime_values():
+    rule = ('card 2 and 4: SpecConfig.parse takes "none" | "ngram" | "prompt_lookup" (exactly) and an '
+            "int k in [1, 16]; anything else raises SpecError")
+    parse = SpecConfig.parse
+
+    def parsed(label, draft, k, want):
+        return call(label, parse, draft, k, expected=want, rule=rule, name="SpecConfig.parse")
+
+    good = [parsed(f"{d} k={k}", d, k, {"draft": d, "k": k, "max_ngram": 3, "min_ngram": 1})
+            for d, k in (("none", 4), ("ngram", 1), ("prompt_lookup", 16))]
+    bad = [parsed(f"refuse {d!r} k={k!r}", d, k, raises("SpecError"))
+           for d, k in (("prompt_lookup", 0), ("ngram", 17), ("none", -1), ("prompt-lookup", 4),
+                        ("Prompt_Lookup", 4), ("", 4), ("ngram", True), ("ngram", 2.0))]
+    return good + bad
 
 
 def test_config_parses_runtime_values():
-    assert SpecConfig.parse("none", 4).draft is Draft.NONE
-    assert SpecConfig.parse("ngram", 1).draft is Draft.NGRAM
-    cfg = SpecConfig.parse("prompt_lookup", 16)
-    assert (cfg.draft, cfg.k) == (Draft.PROMPT_LOOKUP, 16)
-    for draft, k in (("prompt_lookup", 0), ("ngram", 17), ("none", -1), ("prompt-lookup", 4),
-                     ("Prompt_Lookup", 4), ("", 4), ("ngram", True), ("ngram", 2.0)):
-        with pytest.raises(SpecError):
-            SpecConfig.parse(draft, k)
+    check(cases_config_parses_runtime_values())
 
 
 # --- 2.2 Verification ----------------------------------------------------------------------------
+
+GREEDY_RULE = ("card 2.2: keep d_i while it is the argmax of its penalized row (ties to the lowest id); at "
+               "the first mismatch emit that argmax and stop; after a full acceptance emit row m's argmax "
+               "(the bonus); greedy draws nothing")
+SAMPLED_RULE = ("card 2.2: at each position draw u_a then u_r (both, always); accept d_i when "
+                "u_a < p(d_i)/q(d_i), else emit the residual's walk at u_r and stop; the bonus is L10.1's "
+                "sample of row m (one draw); logprob = log-softmax of the penalized row")
+
+
+VERIFY_KEYS = ("tokens", "n_accepted", "logprobs", "next_u32")
+
+
+def verify_round(rows, draft, probs, params, prompt, output, seed):
+    """verify_draft's answer and the generator's next u32 afterwards (how many draws it took)."""
+    rng = stream(seed)
+    v = verify_draft(rows, draft, probs, params, prompt, output, rng)
+    return {"tokens": [int(t) for t in v.tokens], "n_accepted": int(v.n_accepted),
+            "logprobs": [float(x) for x in v.logprobs], "next_u32": int(rng.next_u32())}
+
+
+def verify_case(label, rows, draft, probs, params, prompt, output, seed, expected, rule) -> Case:
+    probs_text = "None" if probs is None else "[" + ", ".join(
+        f"np.array({np.asarray(q).tolist()!r})" for q in probs) + "]"
+    text = (f"rng = stream({seed}); v = verify_draft({rows_text(rows)}, {draft!r}, {probs_text}, "
+            f"{params_text(params)}, {list(prompt)!r}, {list(output)!r}, rng); "
+            "(v.tokens, v.n_accepted, v.logprobs, rng.next_u32())")
+    return Case(label, text, lambda: verify_round(rows, draft, probs, params, prompt, output, seed),
+                expected, rule)
+
+
+def lse(*xs: float) -> float:
+    return math.log(sum(math.exp(x) for x in xs))
+
 
 HAND_ROWS = [np.array([0, 1, 3, 0.5], dtype=np.float32),
              np.array([0, 1, 0.5, 2], dtype=np.float32),
              np.array([5, 0, 0, 0], dtype=np.float32)]
 
 
+def cases_hand_example_greedy_verify():
+    undrawn = stream(7).next_u32()   # greedy draws nothing: the next u32 is the stream's first
+    lp0 = 3 - lse(0, 1, 3, 0.5)
+    lp1 = 2 - lse(0, 1, 0.5, 2)
+    lp2 = 5 - lse(5, 0, 0, 0)
+    return [
+        verify_case("section 3: draft [2 1]", HAND_ROWS, [2, 1], None, GREEDY, [0], [], 7,
+                    {"tokens": [2, 3], "n_accepted": 1, "logprobs": [lp0, lp1], "next_u32": undrawn}, GREEDY_RULE),
+        verify_case("section 3: draft [2 3], the bonus", HAND_ROWS, [2, 3], None, GREEDY, [0], [], 7,
+                    {"tokens": [2, 3, 0], "n_accepted": 2, "logprobs": [lp0, lp1, lp2], "next_u32": undrawn},
+                    GREEDY_RULE),
+        verify_case("an empty draft: only the bonus", HAND_ROWS[2:], [], None, GREEDY, [0], [], 7,
+                    {"tokens": [0], "n_accepted": 0, "logprobs": [lp2], "next_u32": undrawn}, GREEDY_RULE),
+    ]
+
+
 def test_hand_example_greedy_verify():
-    rng = stream(7)
-    v = verify_draft(HAND_ROWS, [2, 1], None, GREEDY, [0], [], rng)
-    assert (list(v.tokens), v.n_accepted) == ([2, 3], 1)
-    expected = 3 - math.log(math.exp(0) + math.exp(1) + math.exp(3) + math.exp(0.5))
-    assert v.logprobs[0] == pytest.approx(expected, abs=1e-12)
-    assert v.logprobs[1] == pytest.approx(2 - math.log(1 + math.e + math.exp(0.5) + math.exp(2)),
-                                          abs=1e-12)
-    full = verify_draft(HAND_ROWS, [2, 3], None, GREEDY, [0], [], rng)
-    assert (list(full.tokens), full.n_accepted) == ([2, 3, 0], 2)
-    assert full.logprobs[2] == pytest.approx(5 - math.log(math.exp(5) + 3), abs=1e-12)
-    # Greedy verification draws nothing.
-    assert rng.next_u32() == stream(7).next_u32()
+    check(cases_hand_example_greedy_verify())
+
+
+def cases_greedy_verify_ties_go_to_the_lowest_id():
+    tie = np.array([0.5, 3.0, 3.0, 1.0], dtype=np.float32)   # ids 1 and 2 tie for the max
+    after = np.array([0.0, 0.0, 2.0, 0.0], dtype=np.float32)
+    undrawn = stream(3).next_u32()
+    hand = [
+        verify_case("a draft token that only ties the max is rejected", [tie, after], [2], None, GREEDY,
+                    [0], [], 3, {"tokens": [1], "n_accepted": 0, "logprobs": [3 - lse(0.5, 3, 3, 1)],
+                                 "next_u32": undrawn}, GREEDY_RULE),
+        verify_case("the lowest tied id is accepted", [tie, after], [1], None, GREEDY, [0], [], 3,
+                    {"tokens": [1, 2], "n_accepted": 1,
+                     "logprobs": [3 - lse(0.5, 3, 3, 1), 2 - lse(0, 0, 2, 0)], "next_u32": undrawn}, GREEDY_RULE),
+        verify_case("a bonus row with a tie", [after, tie], [2], None, GREEDY, [0], [], 3,
+                    {"tokens": [2, 1], "n_accepted": 1,
+                     "logprobs": [2 - lse(0, 0, 2, 0), 3 - lse(0.5, 3, 3, 1)], "next_u32": undrawn}, GREEDY_RULE),
+    ]
+    recorded = [recorded_verify_case(c) for c in golden("verify") if c["name"].startswith("tie-")]
+    return hand + recorded
+
+
+def test_greedy_verify_ties_go_to_the_lowest_id():
+    check(cases_greedy_verify_ties_go_to_the_lowest_id())
+
+
+def cases_hand_example_sampled_step():
+    p = np.array([0.2, 0.5, 0.3])
+    q = np.array([0.6, 0.2, 0.2])
+    r = np.array([0.0, 0.75, 0.25])
+    step_rule = ("card 2.2 and 2.3: keep x when u_a < p(x)/q(x); otherwise walk "
+                 "normalize(max(0, p - q)) at u_r; a q with q(x) = 0 raises SpecError")
+    return [
+        call("u_a = 0.3 < 1/3: kept", speculative_step, p, q, 0, 0.3, 0.8, expected=[0, True], rule=step_rule),
+        call("u_a = 0.5: rejected, u_r = 0.8 walks to 2", speculative_step, p, q, 0, 0.5, 0.8,
+             expected=[2, False], rule=step_rule),
+        call("u_a = 0.5: rejected, u_r = 0.7 walks to 1", speculative_step, p, q, 0, 0.5, 0.7,
+             expected=[1, False], rule=step_rule),
+        call("the residual", residual, p, q, expected=[0.0, 0.75, 0.25],
+             rule="card 2.3: residual = normalize(max(0, p - q))"),
+        call("the walk at 0.8", sample_dense, r, 0.8, expected=2,
+             rule="card 2.2: the first id whose running sum exceeds u"),
+        call("the walk at 0.0", sample_dense, r, 0.0, expected=1,
+             rule="card 2.2: the first id whose running sum exceeds u (ids with no mass are skipped)"),
+        call("p(x) > q(x): always kept", speculative_step, p, q, 1, 0.999, 0.0, expected=[1, True], rule=step_rule),
+        call("q(x) = 0 could not have proposed x", speculative_step, p, np.array([0.0, 0.5, 0.5]), 0, 0.1, 0.1,
+             expected=raises("SpecError"), rule=step_rule),
+    ]
 
 
 def test_hand_example_sampled_step():
-    p = np.array([0.2, 0.5, 0.3])
-    q = np.array([0.6, 0.2, 0.2])
-    assert speculative_step(p, q, 0, 0.3, 0.8) == (0, True)
-    assert speculative_step(p, q, 0, 0.5, 0.8) == (2, False)
-    assert speculative_step(p, q, 0, 0.5, 0.7) == (1, False)
-    np.testing.assert_allclose(residual(p, q), [0.0, 0.75, 0.25], atol=1e-12)
-    assert sample_dense(np.array([0.0, 0.75, 0.25]), 0.8) == 2
-    assert sample_dense(np.array([0.0, 0.75, 0.25]), 0.0) == 1
-    # p(x) > q(x): always kept, whatever u_accept says.
-    assert speculative_step(p, q, 1, 0.999, 0.0) == (1, True)
-    # A q that gives x no mass could not have proposed it.
-    with pytest.raises(SpecError):
-        speculative_step(p, np.array([0.0, 0.5, 0.5]), 0, 0.1, 0.1)
+    check(cases_hand_example_sampled_step())
 
 
-def run_case(case):
-    prm = SamplingParams(**case["params"])
-    rows = [f32_row(r) for r in case["rows"]]
-    probs = None if case["draft_probs"] is None else [f64_row(q) for q in case["draft_probs"]]
-    rng = stream(case["seed"])
-    v = verify_draft(rows, case["draft"], probs, prm, case["prompt"], case["output"], rng)
-    return v, rng.next_u32()
+def cases_accept_needs_u_below_p_over_q():
+    rule = ("card 2.2: accept when u_a < p(x)/q(x), strictly: u_a = p/q rejects, and a token with "
+            "p(x) = 0 is never accepted")
+    walk_rule = ("card 2.2 and L10.1's walk: when rounding leaves u at or past the running sum's end, "
+                 "the last id with mass is taken")
+    tail = np.array([0.1] * 10 + [0.0])
+    at_ten = np.eye(11)[10]
+    return [
+        call("u_a equal to p/q = 0.5 rejects", speculative_step, np.array([0.25, 0.5, 0.25]),
+             np.array([0.5, 0.25, 0.25]), 0, 0.5, 0.3, expected=[1, False], rule=rule),
+        call("p(x) = 0 with u_a = 0 rejects", speculative_step, np.array([0.0, 0.6, 0.4]),
+             np.array([0.5, 0.25, 0.25]), 0, 0.0, 0.5, expected=[1, False], rule=rule),
+        call("a one-hot draft of a filtered token rejects", speculative_step, np.array([0.0, 0.6, 0.4]),
+             np.eye(3)[0], 0, 0.0, 0.99, expected=[2, False], rule=rule),
+        call("the residual's walk past its rounded end", speculative_step, tail, at_ten, 10, 0.5,
+             float(np.nextafter(1.0, 0.0)), expected=[9, False], rule=walk_rule),
+        call("the walk past the running sum's end", sample_dense, tail, float(np.nextafter(1.0, 0.0)),
+             expected=9, rule=walk_rule),
+    ] + [recorded_verify_case(c) for c in golden("verify") if c["name"].startswith("zero-p-")]
 
 
-def test_verify_matches_python_l8_6(golden):
-    cases = golden["verify"]
-    assert len(cases) == 120
-    wrong = []
-    for case in cases:
-        v, next_u32 = run_case(case)
-        want = case["expect"]
-        got = {"tokens": [int(t) for t in v.tokens], "n_accepted": v.n_accepted, "next_u32": next_u32}
-        if got != {key: want[key] for key in got}:
-            wrong.append(f"{case['name']}: expected {want}, got {got}")
-        elif not np.allclose(v.logprobs, want["logprobs"], rtol=0, atol=1e-9):
-            wrong.append(f"{case['name']}: logprobs {list(v.logprobs)}, expected {want['logprobs']}")
-    assert not wrong, f"{len(wrong)} of 120 cases differ; first: {wrong[:2]}"
+def test_accept_needs_u_below_p_over_q():
+    check(cases_accept_needs_u_below_p_over_q())
 
 
-def test_verify_rejects_bad_shapes():
+def recorded_verify_case(c: dict) -> Case:
+    probs = None if c["draft_probs"] is None else [f64_row(q) for q in c["draft_probs"]]
+    params = SamplingParams(**c["params"])
+    rule = GREEDY_RULE if params.temperature == 0 else SAMPLED_RULE
+    return verify_case(c["name"], [f32_row(r) for r in c["rows"]], c["draft"], probs, params, c["prompt"],
+                       c["output"], c["seed"], {k: c["expect"][k] for k in VERIFY_KEYS}, rule)
+
+
+def cases_verify_matches_python_l8_6():
+    return [recorded_verify_case(c) for c in golden("verify")]
+
+
+def test_verify_matches_python_l8_6():
+    check(cases_verify_matches_python_l8_6(), "recorded round")
+
+
+def cases_verify_rejects_bad_shapes():
     rows3 = [np.zeros(4, np.float32)] * 3
     q = np.full(4, 0.25)
     bad = {
         "too few rows": (rows3[:2], [1, 2], None),
         "too many rows": (rows3 + rows3[:1], [1, 2], None),
-        "ragged rows": ([np.zeros(4, np.float32), np.zeros(5, np.float32), np.zeros(4, np.float32)],
-                        [1, 2], None),
+        "ragged rows": ([np.zeros(4, np.float32), np.zeros(5, np.float32), np.zeros(4, np.float32)], [1, 2], None),
         "a 2-D row": ([np.zeros((1, 4), np.float32)] * 3, [1, 2], None),
         "an empty row": ([np.zeros(0, np.float32)], [], None),
         "one draft distribution for two tokens": (rows3, [1, 2], [q]),
@@ -181,62 +329,150 @@ def test_verify_rejects_bad_shapes():
         "a draft token past the vocabulary": (rows3, [1, 4], None),
         "a negative draft token": (rows3, [-1, 2], None),
     }
-    for what, (rows, draft, probs) in bad.items():
-        for prm in (GREEDY, SamplingParams(temperature=1.0)):
-            with pytest.raises(SpecError):
-                verify_draft(rows, draft, probs, prm, [0], [], stream(1))
-                pytest.fail(f"{what} was accepted")
+    rule = "card 4: a malformed round raises SpecError naming the bad value"
+    return [verify_case(f"{what} ({'greedy' if prm is GREEDY else 'sampled'})", rows, draft, probs, prm, [0], [],
+                        1, raises("SpecError"), rule)
+            for what, (rows, draft, probs) in bad.items() for prm in (GREEDY, SamplingParams(temperature=1.0))]
+
+
+def test_verify_rejects_bad_shapes():
+    check(cases_verify_rejects_bad_shapes())
 
 
 # --- Generation ----------------------------------------------------------------------------------
 
 GEN_PROMPTS = [[1, 2, 3, 4, 5, 6], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], [7, 7, 2, 7, 7, 2, 7, 7, 2]]
+LOOP_RULE = ("card 4: one round per target pass; truncate after each round to everything fed except the "
+             "rejected drafts and the pending last token; drafts shortened to max_new - emitted - 1")
+
+
+def generation(target, cfg, prompt, params, seed, max_new, eos):
+    """What one generate call did: its tokens, logprobs, counters, and the target's state after it."""
+    g = generate(target, cfg, prompt, params, seed, max_new, eos)
+    return {"tokens": [int(t) for t in g.tokens], "logprobs": [float(x) for x in g.logprobs],
+            "drafted": g.stats.drafted, "accepted": g.stats.accepted, "target_calls": g.stats.target_calls,
+            "cached": target.cached(), "max_fed": max(target.fed_positions, default=-1)}
+
+
+def generation_text(target: str, cfg: SpecConfig, prompt, params, seed, max_new, eos) -> str:
+    return (f"target = {target}; g = generate(target, SpecConfig(Draft.{cfg.draft.name}, {cfg.k}), {list(prompt)!r}, "
+            f"{params_text(params)}, {seed}, {max_new}, {list(eos)!r})   # fakes: course/tests/fakes.py")
+
+
+def greedy_judge(want_tokens, budget, passes_rule):
+    def judge(got, _expected):
+        if not isinstance(got, dict) or "tokens" not in got:
+            return None if got == _expected else "not a generation"
+        if got["tokens"] != want_tokens:
+            return f"speculation changed the greedy tokens: plain greedy gives {want_tokens}"
+        if got["cached"] != budget:
+            return f"the target caches {got['cached']} positions after generation; it must keep {budget}"
+        if got["max_fed"] >= budget:
+            return f"KV written at position {got['max_fed']}, past the request's budget {budget}"
+        return passes_rule(got["target_calls"])
+    return judge
+
+
+def cases_greedy_spec_equals_greedy_without_spec():
+    cases = []
+    for prompt, max_new, seed, prm, k in [(p, 40, 1, GREEDY, 4) for p in GEN_PROMPTS] + \
+            [(p, 30, 5, SamplingParams(repetition_penalty=1.3, frequency_penalty=0.2), 3) for p in GEN_PROMPTS]:
+        want = plain_greedy(TableTarget(12, seed=seed), prompt, prm, max_new)
+        budget = len(prompt) + max_new - 1
+        for draft in Draft:
+            cfg = SpecConfig(draft, k)
+
+            def passes_rule(calls, draft=draft, max_new=max_new):
+                if draft is Draft.NONE and calls != max_new:
+                    return f"{calls} target passes without a draft; one per token is {max_new}"
+                if draft is Draft.PROMPT_LOOKUP and prm is GREEDY and calls >= max_new:
+                    return f"prompt lookup saved no target pass ({calls} for {max_new} tokens)"
+                return None
+
+            cases.append(Case(
+                f"{draft.value} k={k} prompt {prompt}{' with penalties' if prm is not GREEDY else ''}",
+                generation_text(f"TableTarget(12, seed={seed})", cfg, prompt, prm, 0, max_new, []),
+                lambda p=prompt, c=cfg, s=seed, m=max_new, r=prm: generation(TableTarget(12, seed=s), c, p, r, 0, m, []),
+                {"tokens": want, "cached": budget}, LOOP_RULE + "; greedy output never changes",
+                judge=greedy_judge(want, budget, passes_rule)))
+    return cases
 
 
 def test_greedy_spec_equals_greedy_without_spec():
-    max_new = 40
-    for prompt in GEN_PROMPTS:
-        want = plain_greedy(TableTarget(12, seed=1), prompt, GREEDY, max_new)
-        calls = {}
-        for draft in Draft:
-            target = TableTarget(12, seed=1)
-            g = generate(target, SpecConfig(draft, 4), prompt, GREEDY, 0, max_new, [])
-            assert list(g.tokens) == want, f"{draft.value}: speculation changed the greedy tokens"
-            assert target.cached() == len(prompt) + max_new - 1, \
-                f"{draft.value}: the cache holds positions nobody kept"
-            budget = len(prompt) + max_new - 1
-            assert max(target.fed_positions) < budget, \
-                f"{draft.value}: KV written at position {max(target.fed_positions)}, budget {budget}"
-            calls[draft] = target.calls
-        assert calls[Draft.NONE] == max_new
-        assert calls[Draft.PROMPT_LOOKUP] < max_new, "prompt lookup saved no target pass"
-    # Penalties see the tokens accepted so far, so they too leave greedy output unchanged.
-    prm = SamplingParams(repetition_penalty=1.3, frequency_penalty=0.2)
-    for prompt in GEN_PROMPTS:
-        want = plain_greedy(TableTarget(12, seed=5), prompt, prm, 30)
-        for draft in Draft:
-            g = generate(TableTarget(12, seed=5), SpecConfig(draft, 3), prompt, prm, 0, 30, [])
-            assert list(g.tokens) == want, f"{draft.value} with penalties, prompt {prompt}"
+    check(cases_greedy_spec_equals_greedy_without_spec())
 
 
-def test_eos_and_max_tokens_end_generation():
+def cases_eos_and_max_tokens_end_generation():
     cycle = [2, 3, 4, 5, 0, 1] * 4
+    rule = ("card 4: generation ends after max_new tokens, or at a token in eos (which is emitted), even "
+            "inside an accepted run; the target then keeps the emitted tokens but the last")
+
+    def judge_length(want, max_new):
+        def judge(got, _expected):
+            if not isinstance(got, dict) or "tokens" not in got:
+                return "not a generation"
+            if got["tokens"] != want:
+                return f"expected the tokens {want}"
+            if len(got["logprobs"]) != len(want):
+                return f"{len(got['logprobs'])} logprobs for {len(want)} tokens"
+            if got["max_fed"] >= len(CYCLE_PROMPT) + max(max_new, 1) - 1:
+                return f"KV written at position {got['max_fed']}, past the request's budget"
+            return None
+        return judge
+
+    cases = []
     for draft in Draft:
         cfg = SpecConfig(draft, 4)
         for max_new in (0, 1, 2, 5, 6, 13):
-            target = CycleTarget(CYCLE)
-            g = generate(target, cfg, CYCLE_PROMPT, GREEDY, 3, max_new, [])
-            assert list(g.tokens) == cycle[:max_new], f"{draft.value}, max_new {max_new}"
-            assert len(g.logprobs) == max_new
-            assert max(target.fed_positions, default=-1) < len(CYCLE_PROMPT) + max_new - 1
-        # EOS ends the request at the EOS token, even inside an accepted run.
-        target = CycleTarget(CYCLE)
-        g = generate(target, cfg, CYCLE_PROMPT, GREEDY, 3, 20, [4, 7])
-        assert list(g.tokens) == [2, 3, 4], draft.value
-        assert target.cached() == len(CYCLE_PROMPT) + 2
-    target = CycleTarget(CYCLE)
-    g = generate(target, SpecConfig(Draft.PROMPT_LOOKUP, 4), CYCLE_PROMPT, GREEDY, 3, 20, [4])
-    assert g.stats.target_calls == 1 and g.stats.accepted >= 2, "EOS was not inside an accepted run"
+            want = cycle[:max_new]
+            cases.append(Case(f"{draft.value} max_new={max_new}",
+                              generation_text("CycleTarget(CYCLE)", cfg, CYCLE_PROMPT, GREEDY, 3, max_new, []),
+                              lambda c=cfg, m=max_new: generation(CycleTarget(CYCLE), c, CYCLE_PROMPT, GREEDY, 3, m, []),
+                              {"tokens": want}, rule, judge=judge_length(want, max_new)))
+        cases.append(Case(f"{draft.value}: EOS 4 inside an accepted run",
+                          generation_text("CycleTarget(CYCLE)", cfg, CYCLE_PROMPT, GREEDY, 3, 20, [4, 7]),
+                          lambda c=cfg: pick(generation(CycleTarget(CYCLE), c, CYCLE_PROMPT, GREEDY, 3, 20, [4, 7]),
+                                             "tokens", "cached"),
+                          {"tokens": [2, 3, 4], "cached": len(CYCLE_PROMPT) + 2}, rule))
+    cases.append(Case("prompt lookup: the EOS arrives in the first round",
+                      generation_text("CycleTarget(CYCLE)", SpecConfig(Draft.PROMPT_LOOKUP, 4), CYCLE_PROMPT, GREEDY,
+                                      3, 20, [4]) + "; g.stats",
+                      lambda: pick(generation(CycleTarget(CYCLE), SpecConfig(Draft.PROMPT_LOOKUP, 4), CYCLE_PROMPT,
+                                              GREEDY, 3, 20, [4]), "tokens", "target_calls"),
+                      {"tokens": [2, 3, 4], "target_calls": 1}, rule))
+    return cases
+
+
+def pick(answer: dict, *keys: str) -> dict:
+    return {k: answer[k] for k in keys}
+
+
+def test_eos_and_max_tokens_end_generation():
+    check(cases_eos_and_max_tokens_end_generation())
+
+
+def cases_sampled_generation_matches_python_l8_6():
+    rule = (LOOP_RULE + "; one generator stream(seed) for the whole request; SpecStats counts drafted and "
+            "accepted draft tokens and target passes")
+    cases = []
+    for c in golden("generate"):
+        t = c["target"]
+        cfg = SpecConfig(Draft(c["draft"]), c["k"])
+        prm = SamplingParams(**c["params"])
+        target_text = f"TableTarget({t['vocab']}, seed={t['seed']}, order={t['order']}, scale={t['scale']})"
+        want = c["expect"]
+
+        def run(t=t, cfg=cfg, c=c, prm=prm, want=want):
+            target = TableTarget(t["vocab"], seed=t["seed"], order=t["order"], scale=t["scale"])
+            return pick(generation(target, cfg, c["prompt"], prm, c["seed"], c["max_new"], c["eos"]), *want)
+
+        cases.append(Case(c["name"], generation_text(target_text, cfg, c["prompt"], prm, c["seed"], c["max_new"],
+                                                     c["eos"]), run, want, rule))
+    return cases
+
+
+def test_sampled_generation_matches_python_l8_6():
+    check(cases_sampled_generation_matches_python_l8_6(), "recorded generation")
 
 
 # --- 2.3 The law of sampled output ------------------------------------------------------------
@@ -244,38 +480,72 @@ def test_eos_and_max_tokens_end_generation():
 STAT_SEEDS = 4000
 STAT_POOL_AT = 1e-3
 STAT_P_VALUE = 1e-4  # the threshold is chi2's (1 - 1e-4) quantile; see course/L10.8.md
+STAT_ROW = [2.0, 1.2, 0.4, 0.9, -5.0, -6.5]
+STAT_Q = [0.1, 0.45, 0.05, 0.3, 0.1, 0.0]
 
 
-def first_token_chi_square():
-    """The chi-square of the first emitted token over 4000 seeds against the target softmax."""
-    row = np.array([2.0, 1.2, 0.4, 0.9, -5.0, -6.5], dtype=np.float32)
-    q = np.array([0.1, 0.45, 0.05, 0.3, 0.1, 0.0])
+def first_token_counts() -> list[int]:
+    """How often each id is the first emitted token over 4000 seeds, with a draft drawn from q."""
+    row = np.array(STAT_ROW, dtype=np.float32)
+    q = np.array(STAT_Q)
     prm = SamplingParams(temperature=1.0)
     # The draft samples its token from q with its own generator, independent of the target's.
     drafts = np.searchsorted(np.cumsum(q), np.random.default_rng(2024).random(STAT_SEEDS), side="right")
     rows = [row, row[::-1].copy()]
-    counts = np.zeros(row.shape[0])
+    counts = [0] * len(STAT_ROW)
     for seed, d in enumerate(drafts.tolist()):
         v = verify_draft(rows, [d], [q], prm, [], [], stream(seed))
         counts[int(v.tokens[0])] += 1
-    x = row.astype(np.float64)
+    return counts
+
+
+def target_law() -> np.ndarray:
+    x = np.array(STAT_ROW, dtype=np.float32).astype(np.float64)
     p = np.exp(x - x.max())
-    p /= p.sum()
+    return p / p.sum()
+
+
+def chi_square(counts) -> tuple[float, int]:
+    """The counts' chi-square against 4000 times the target softmax, bins with p <= 1e-3 pooled."""
+    p = target_law()
+    counts = np.asarray(counts, dtype=np.float64)
     big = p > STAT_POOL_AT
     observed = np.append(counts[big], counts[~big].sum())
     expected = STAT_SEEDS * np.append(p[big], p[~big].sum())
-    statistic = float(((observed - expected) ** 2 / expected).sum())
-    return statistic, len(observed) - 1
+    return float(((observed - expected) ** 2 / expected).sum()), len(observed) - 1
+
+
+def judge_law(counts, _expected) -> str | None:
+    if not isinstance(counts, list) or len(counts) != len(STAT_ROW):
+        return "not a list of counts"
+    statistic, dof = chi_square(counts)
+    threshold = chdtri(dof, STAT_P_VALUE)
+    if statistic < threshold:
+        return None
+    return (f"the first token's chi-square is {statistic:.1f} on {dof} degrees of freedom, above "
+            f"{threshold:.1f}: not the target's law")
+
+
+def cases_sampled_spec_keeps_the_target_distribution():
+    expected = [round(STAT_SEEDS * float(x), 1) for x in target_law()]
+    text = (f"row = np.array({STAT_ROW}, dtype=np.float32); q = np.array({STAT_Q}); for seeds 0..3999: "
+            "verify_draft([row, row[::-1].copy()], [d], [q], SamplingParams(temperature=1.0), [], [], "
+            "stream(seed)).tokens[0], d drawn from q (see course/tests/test_l10_8.py)")
+    rule = ("card 2.3: accept-or-resample with the residual max(0, p - q) emits each token with the target's "
+            "probability p, whatever q is")
+    return [Case("4000 seeds, a stochastic draft", text, first_token_counts, expected, rule,
+                 judge=judge_law, compare="law")]
 
 
 def test_sampled_spec_keeps_the_target_distribution():
-    statistic, dof = first_token_chi_square()
-    threshold = chdtri(dof, STAT_P_VALUE)
-    assert statistic < threshold, (f"the first token's chi-square is {statistic:.1f} on {dof} degrees "
-                                   f"of freedom, above {threshold:.1f}: not the target's law")
+    check(cases_sampled_spec_keeps_the_target_distribution())
 
 
 # --- 2.4 Rollback --------------------------------------------------------------------------------
+
+ROLLBACK_RULE = ("card 2.4: keep ceil(keep / B) blocks, release each dropped block once, and set the last kept "
+                 "block's fill to the positions it still holds")
+
 
 def filled_table(pool, fills):
     table = []
@@ -286,32 +556,48 @@ def filled_table(pool, fills):
     return table
 
 
+def rolled_back(fills, keep, block_tokens=4):
+    """Roll back a table with these fills to ``keep`` positions: what was released and what is left."""
+    pool = KvPool(8, block_tokens)
+    table = filled_table(pool, fills)
+    before = list(table)
+    released = rollback(pool, table, keep)
+    return {"released": released, "table": len(table), "fills": [pool.fill(b) for b in table],
+            "freed": [pool.refcount(b) == 0 for b in before[len(table):]], "free": pool.num_free()}
+
+
+def rollback_case(label, fills, keep, want):
+    text = (f"pool = KvPool(8, 4); table = filled_table(pool, {fills}); rollback(pool, table, {keep}); "
+            "(table, [pool.fill(b) for b in table], pool.num_free())   # filled_table: course/tests/test_l10_8.py")
+    return Case(label, text, lambda: rolled_back(fills, keep), want, ROLLBACK_RULE)
+
+
+def cases_rollback_hand_example():
+    return [
+        call(f"blocks_for({n}, 4)", blocks_for, n, 4, expected=want, rule="card 2.4: ceil(tokens / block_tokens)")
+        for n, want in ((0, 0), (1, 1), (4, 1), (5, 2), (8, 2), (9, 3), (10, 3))
+    ] + [
+        call("blocks_for(7, 1)", blocks_for, 7, 1, expected=7, rule="card 2.4: ceil(tokens / block_tokens)"),
+        rollback_case("section 3: fills [4 4 2], keep 5", [4, 4, 2], 5,
+                      {"released": 1, "table": 2, "fills": [4, 1], "freed": [True], "free": 6}),
+        rollback_case("keeping a whole block keeps it full", [4, 4, 3], 8,
+                      {"released": 1, "table": 2, "fills": [4, 4], "freed": [True], "free": 6}),
+        rollback_case("keeping everything releases nothing", [4, 4], 8,
+                      {"released": 0, "table": 2, "fills": [4, 4], "freed": [], "free": 6}),
+        rollback_case("keeping 0 releases every block", [4, 4], 0,
+                      {"released": 2, "table": 0, "fills": [], "freed": [True, True], "free": 8}),
+        rollback_case("keep 1 of a partial last block", [4, 1], 1,
+                      {"released": 1, "table": 1, "fills": [1], "freed": [True], "free": 7}),
+        rollback_case("keep past the table refused", [4], 5, raises("SpecError")),
+    ]
+
+
 def test_rollback_hand_example():
-    assert [blocks_for(n, 4) for n in (0, 1, 4, 5, 8, 9, 10)] == [0, 1, 1, 2, 2, 3, 3]
-    assert blocks_for(7, 1) == 7
-    pool = KvPool(8, 4)
-    table = filled_table(pool, [4, 4, 2])
-    third = table[2]
-    assert rollback(pool, table, 5) == 1
-    assert len(table) == 2 and pool.refcount(third) == 0
-    assert [pool.fill(b) for b in table] == [4, 1]
-    assert pool.num_free() == 6
-    # Keeping a whole block keeps it full.
-    table = filled_table(pool, [4, 4, 3])
-    assert rollback(pool, table, 8) == 1
-    assert [pool.fill(b) for b in table] == [4, 4]
-    # Keeping everything releases nothing; keeping 0 releases every block.
-    assert rollback(pool, table, 8) == 0
-    assert rollback(pool, table, 0) == 2 and table == []
-    table = filled_table(pool, [4, 1])
-    assert rollback(pool, table, 1) == 1 and [pool.fill(b) for b in table] == [1]
-    rollback(pool, table, 0)
-    assert pool.num_free() == 6
-    with pytest.raises(SpecError):
-        rollback(pool, filled_table(pool, [4]), 5)
+    check(cases_rollback_hand_example())
 
 
-def test_rollback_drops_one_reference_only():
+def shared_prompt_block():
+    """Two sequences share a prompt block through the prefix cache; roll one back to 4, then 0."""
     pool = KvPool(8, 4)
     prompt = [11, 12, 13, 14]
     mine = filled_table(pool, [4, 3])
@@ -319,33 +605,32 @@ def test_rollback_drops_one_reference_only():
     pool.register(prompt, shared)
     pool.retain(shared)  # a second sequence reuses the prompt block through the prefix cache
     other = [shared]
-    assert rollback(pool, mine, 4) == 1
-    assert mine == [shared] and pool.refcount(shared) == 2 and pool.fill(shared) == 4
-    assert rollback(pool, mine, 0) == 1 and mine == []
-    assert pool.refcount(shared) == 1, "the other sequence lost its block"
-    assert pool.fill(shared) == 4 and pool.lookup(prompt) == shared
-    assert rollback(pool, other, 0) == 1
-    assert pool.lookup(prompt) is None and pool.num_free() == 8
+    seen = {"keep 4 releases": rollback(pool, mine, 4), "kept": mine == [shared],
+            "refcount after keep 4": pool.refcount(shared), "fill after keep 4": pool.fill(shared)}
+    seen["keep 0 releases"] = rollback(pool, mine, 0)
+    seen.update({"refcount after keep 0": pool.refcount(shared), "fill after keep 0": pool.fill(shared),
+                 "still indexed": pool.lookup(prompt) == shared})
+    seen["other's keep 0 releases"] = rollback(pool, other, 0)
+    seen.update({"indexed at the end": pool.lookup(prompt) is not None, "free at the end": pool.num_free()})
+    return seen
 
 
-def test_blocks_conserved_across_rollbacks():
-    block_tokens, num_blocks = 4, 64
-    pool = KvPool(num_blocks, block_tokens)
-    prm = SamplingParams(temperature=1.0)
-    rejected = 0
-    rng = np.random.default_rng(88)
-    for request in range(200):
-        prompt = rng.integers(0, 5, size=int(rng.integers(1, 10))).tolist()
-        cfg = SpecConfig([Draft.NGRAM, Draft.PROMPT_LOOKUP][request % 2], int(rng.integers(1, 9)))
-        target = CheckedTarget(5, request, pool, len(prompt))
-        g = generate(target, cfg, prompt, prm, request, int(rng.integers(1, 13)), [])
-        rejected += g.stats.drafted - g.stats.accepted
-        assert target.rounds == g.stats.target_calls
-        target.release()
-        assert pool.num_free() == num_blocks, f"request {request} leaked blocks"
-        if target.shared is not None:
-            assert pool.refcount(target.shared) == 0
-    assert rejected >= 1000, f"only {rejected} drafted tokens rejected: the test proves little"
+def cases_rollback_drops_one_reference_only():
+    want = {"keep 4 releases": 1, "kept": True, "refcount after keep 4": 2, "fill after keep 4": 4,
+            "keep 0 releases": 1, "refcount after keep 0": 1, "fill after keep 0": 4, "still indexed": True,
+            "other's keep 0 releases": 1, "indexed at the end": False, "free at the end": 8}
+    return [Case("a prompt block shared with another sequence",
+                 "shared_prompt_block()   # in course/tests/test_l10_8.py", shared_prompt_block, want,
+                 "card 2.4: a dropped block loses one reference; a block shared through the prefix cache "
+                 "stays alive, full and indexed for its other owner")]
+
+
+def test_rollback_drops_one_reference_only():
+    check(cases_rollback_drops_one_reference_only())
+
+
+class BlocksWrong(Exception):
+    """The blocks do not match the cached positions after a round (raised by CheckedTarget)."""
 
 
 class CheckedTarget(TableTarget):
@@ -369,13 +654,17 @@ class CheckedTarget(TableTarget):
         super().truncate(length)
         self.rounds += 1
         pool, size = self.pool, self.pool.block_tokens
-        assert len(self.blocks) == blocks_for(length, size)
         fills = [pool.fill(b) for b in self.blocks]
-        assert fills == [min(size, length - i * size) for i in range(len(self.blocks))]
-        in_use = len(self.blocks)
-        assert pool.num_free() == pool.num_blocks - in_use
-        if self.shared is not None:
-            assert pool.refcount(self.shared) == 2
+        want = [min(size, length - i * size) for i in range(blocks_for(length, size))]
+        if fills != want:
+            raise BlocksWrong(f"after round {self.rounds}, {length} cached positions in blocks of {size} "
+                              f"need fills {want}; the table holds {fills}")
+        if pool.num_free() != pool.num_blocks - len(self.blocks):
+            raise BlocksWrong(f"after round {self.rounds}, {pool.num_blocks - pool.num_free()} blocks are in "
+                              f"use for a table of {len(self.blocks)}: blocks leaked")
+        if self.shared is not None and pool.refcount(self.shared) != 2:
+            raise BlocksWrong(f"after round {self.rounds} the shared prompt block has {pool.refcount(self.shared)} "
+                              "references, not 2")
 
     def release(self):
         super().release()
@@ -383,39 +672,118 @@ class CheckedTarget(TableTarget):
             self.pool.release(self.shared)
 
 
-def test_generate_stream_hands_over_each_token_and_stops_when_told():
+BLOCK_TOKENS, NUM_BLOCKS = 4, 64
+
+
+def conserved_request(request, prompt, cfg, max_new):
+    pool = KvPool(NUM_BLOCKS, BLOCK_TOKENS)
+    target = CheckedTarget(5, request, pool, len(prompt))
+    g = generate(target, cfg, prompt, SamplingParams(temperature=1.0), request, max_new, [])
+    rounds = target.rounds
+    target.release()
+    return {"rounds": rounds, "target_calls": g.stats.target_calls, "leaked": NUM_BLOCKS - pool.num_free(),
+            "rejected": g.stats.drafted - g.stats.accepted}
+
+
+def cases_blocks_conserved_across_rollbacks():
+    rng = np.random.default_rng(88)
+    cases = []
+    for request in range(200):
+        prompt = rng.integers(0, 5, size=int(rng.integers(1, 10))).tolist()
+        cfg = SpecConfig([Draft.NGRAM, Draft.PROMPT_LOOKUP][request % 2], int(rng.integers(1, 9)))
+        max_new = int(rng.integers(1, 13))
+        text = (f"pool = KvPool({NUM_BLOCKS}, {BLOCK_TOKENS}); target = CheckedTarget(5, {request}, pool, "
+                f"{len(prompt)}); generate(target, SpecConfig(Draft.{cfg.draft.name}, {cfg.k}), {prompt}, "
+                f"SamplingParams(temperature=1.0), {request}, {max_new}, []); target.release()   "
+                "# CheckedTarget: course/tests/test_l10_8.py")
+        cases.append(Case(f"request {request}", text,
+                          lambda r=request, p=prompt, c=cfg, m=max_new: conserved_request(r, p, c, m),
+                          {"leaked": 0}, ROLLBACK_RULE + "; after every round the blocks match the cached positions",
+                          judge=judge_conserved))
+    return cases
+
+
+def judge_conserved(got, _expected) -> str | None:
+    if not isinstance(got, dict) or "leaked" not in got:
+        return ""
+    if got["leaked"]:
+        return f"{got['leaked']} blocks still in use after the request released its table: leaked"
+    if got["rounds"] != got["target_calls"]:
+        return f"{got['rounds']} truncates for {got['target_calls']} target passes: one per round"
+    return None
+
+
+def test_blocks_conserved_across_rollbacks():
+    answers = check(cases_blocks_conserved_across_rollbacks(), "request")
+    rejected = sum(a["rejected"] for a in answers)
+    assert rejected >= 1000, (f"over 200 requests SpecStats counts only {rejected} rejected draft tokens "
+                              "(drafted - accepted); the reference rejects over 1000 on the same requests")
+
+
+def cases_generate_stream_hands_over_each_token_and_stops_when_told():
+    rule = ("card 4: every emitted token and its logprob go to on_token in order as soon as their round is "
+            "verified; on_token answering False ends generation at once; the target then keeps the "
+            "emitted tokens but the last")
+    cases = []
     for draft, prm in ((Draft.PROMPT_LOOKUP, GREEDY), (Draft.NGRAM, SamplingParams(temperature=0.8)),
                        (Draft.NONE, SamplingParams(temperature=1.0, top_k=4))):
         cfg = SpecConfig(draft, 4)
+
+        def streamed(cfg=cfg, prm=prm):
+            heard = []
+            g = generate_stream(TableTarget(12, seed=3), cfg, GEN_PROMPTS[2], prm, 99, 25, [],
+                                lambda t, lp: heard.append([int(t), float(lp)]) is None)
+            plain_run = generate(TableTarget(12, seed=3), cfg, GEN_PROMPTS[2], prm, 99, 25, [])
+            return {"heard": heard, "returned": [[int(t), float(lp)] for t, lp in zip(g.tokens, g.logprobs)],
+                    "generate gives the same tokens": [int(t) for t in plain_run.tokens] == [int(t) for t in g.tokens]}
+
+        def judge(got, _expected):
+            if not isinstance(got, dict) or "heard" not in got:
+                return "not a stream"
+            if got["heard"] != got["returned"]:
+                return "the listener heard other (token, logprob) pairs than generate_stream returned"
+            if len(got["heard"]) != 25:
+                return f"the listener heard {len(got['heard'])} tokens, not max_new = 25"
+            if not got["generate gives the same tokens"]:
+                return "generate and generate_stream give different tokens"
+            return None
+
+        cases.append(Case(f"{draft.value} at {params_text(prm)}",
+                          f"heard = []; generate_stream(TableTarget(12, seed=3), SpecConfig(Draft.{draft.name}, 4), "
+                          f"{GEN_PROMPTS[2]}, {params_text(prm)}, 99, 25, [], lambda t, lp: heard.append((t, lp)) "
+                          "is None)", streamed, {"heard": "every token, in order"}, rule, judge=judge))
+
+    def stopped():
         heard = []
-        g = generate_stream(TableTarget(12, seed=3), cfg, GEN_PROMPTS[2], prm, 99, 25, [],
-                            lambda t, lp: heard.append((t, lp)) is None)
-        assert heard == list(zip(g.tokens, g.logprobs)), draft.value
-        assert len(heard) == 25
-        assert list(generate(TableTarget(12, seed=3), cfg, GEN_PROMPTS[2], prm, 99, 25, []).tokens) \
-            == list(g.tokens)
-    # A listener that says stop at the third token, inside the first round's accepted run.
-    heard = []
-    target = CycleTarget(CYCLE)
-    g = generate_stream(target, SpecConfig(Draft.PROMPT_LOOKUP, 4), CYCLE_PROMPT, GREEDY, 0, 20, [],
-                        lambda t, lp: heard.append(t) or len(heard) < 3)
-    assert list(g.tokens) == [2, 3, 4] and len(g.logprobs) == 3
-    assert heard == [2, 3, 4]
-    assert target.calls == 1, "generation went on after the listener said stop"
-    assert target.cached() == len(CYCLE_PROMPT) + 2
+        target = CycleTarget(CYCLE)
+        g = generate_stream(target, SpecConfig(Draft.PROMPT_LOOKUP, 4), CYCLE_PROMPT, GREEDY, 0, 20, [],
+                            lambda t, lp: heard.append(int(t)) or len(heard) < 3)
+        return {"tokens": [int(t) for t in g.tokens], "logprobs": len(g.logprobs), "heard": heard,
+                "target_calls": target.calls, "cached": target.cached()}
+
+    cases.append(Case("a listener that says stop at the third token, inside the first round",
+                      "heard = []; target = CycleTarget(CYCLE); generate_stream(target, SpecConfig(Draft.PROMPT_LOOKUP, "
+                      f"4), {CYCLE_PROMPT}, SamplingParams(), 0, 20, [], lambda t, lp: heard.append(t) or "
+                      "len(heard) < 3)", stopped,
+                      {"tokens": [2, 3, 4], "logprobs": 3, "heard": [2, 3, 4], "target_calls": 1,
+                       "cached": len(CYCLE_PROMPT) + 2}, rule))
+    return cases
+
+
+def test_generate_stream_hands_over_each_token_and_stops_when_told():
+    check(cases_generate_stream_hands_over_each_token_and_stops_when_told())
 
 
 # --- The real model ------------------------------------------------------------------------------
 
-def test_runner_target_scores_every_fed_position():
+def tiny_llama_rows():
+    """Rows of one request fed in two passes, each compared with a fresh run of its prefix."""
     from tinyllm.model import LlamaConfig, TinyLlama
     from tinyllm.runner import RunnerTarget
 
     model = TinyLlama.random(LlamaConfig(), 0)
     pool = model.new_pool(64, 4)
-    free = pool.num_free()
-    rng = np.random.default_rng(5)
-    prompt = rng.integers(0, 256, size=7).tolist()
+    prompt = np.random.default_rng(5).integers(0, 256, size=7).tolist()
 
     def fresh_last_row(prefix):
         target = RunnerTarget(model, pool)
@@ -425,25 +793,49 @@ def test_runner_target_scores_every_fed_position():
 
     target = RunnerTarget(model, pool)
     fed = prompt + [3, 9, 3]
-    rows = target.extend(prompt)
-    rows += target.extend([3, 9, 3])
-    assert len(rows) == len(fed) and target.cached() == len(fed)
-    for j, row in enumerate(rows):
-        # The runner's rows are bitwise batch-invariant (tinyllm.runner's docstring).
-        np.testing.assert_array_equal(row, fresh_last_row(fed[:j + 1]),
-                                      err_msg=f"row {j} is not a fresh run of its prefix")
+    rows = target.extend(prompt) + target.extend([3, 9, 3])
+    seen = {"rows": len(rows), "cached": target.cached(),
+            "rows equal fresh runs": [bool(np.array_equal(r, fresh_last_row(fed[:j + 1]))) for j, r in enumerate(rows)]}
     target.truncate(8)
-    again = target.extend([4])
-    np.testing.assert_array_equal(again[0], fresh_last_row(fed[:8] + [4]))
+    seen["after truncate(8), extend([4]) equals a fresh run"] = bool(
+        np.array_equal(target.extend([4])[0], fresh_last_row(fed[:8] + [4])))
     target.release()
+    seen["blocks back in the pool"] = pool.num_free() == 64
+    return seen
 
+
+def tiny_llama_generation():
+    """Greedy generation on the tiny llama, without and with prompt lookup."""
+    from tinyllm.model import LlamaConfig, TinyLlama
+    from tinyllm.runner import RunnerTarget
+
+    model = TinyLlama.random(LlamaConfig(), 0)
+    pool = model.new_pool(64, 4)
+    prompt = np.random.default_rng(5).integers(0, 256, size=7).tolist()
     periodic = (prompt[:4] * 3)[:10]
-    runs = {}
+    runs, state = {}, {}
     for draft in (Draft.NONE, Draft.PROMPT_LOOKUP):
         target = RunnerTarget(model, pool)
         runs[draft] = generate(target, SpecConfig(draft, 4), periodic, GREEDY, 0, 12, [])
-        assert target.cached() == len(periodic) + 11 and len(target.table) == blocks_for(21, 4)
+        state[draft.value] = [target.cached(), len(target.table)]
         target.release()
-    assert list(runs[Draft.PROMPT_LOOKUP].tokens) == list(runs[Draft.NONE].tokens)
-    assert runs[Draft.PROMPT_LOOKUP].stats.drafted > 0
-    assert pool.num_free() == free
+    return {"cached and blocks": state, "same tokens": list(runs[Draft.PROMPT_LOOKUP].tokens) == list(runs[Draft.NONE].tokens),
+            "drafted": runs[Draft.PROMPT_LOOKUP].stats.drafted > 0, "blocks back in the pool": pool.num_free() == 64}
+
+
+def cases_runner_target_scores_every_fed_position():
+    rule = ("card 4: RunnerTarget returns one row per fed id, each equal to a fresh run of its prefix; its "
+            "truncate calls your rollback; greedy with prompt lookup emits plain greedy's tokens")
+    return [
+        Case("extend twice, truncate, extend", "tiny_llama_rows()   # in course/tests/test_l10_8.py", tiny_llama_rows,
+             {"rows": 10, "cached": 10, "rows equal fresh runs": [True] * 10,
+              "after truncate(8), extend([4]) equals a fresh run": True, "blocks back in the pool": True}, rule),
+        Case("greedy on the tiny llama, with and without prompt lookup",
+             "tiny_llama_generation()   # in course/tests/test_l10_8.py", tiny_llama_generation,
+             {"cached and blocks": {"none": [21, blocks_for(21, 4)], "prompt_lookup": [21, blocks_for(21, 4)]},
+              "same tokens": True, "drafted": True, "blocks back in the pool": True}, rule),
+    ]
+
+
+def test_runner_target_scores_every_fed_position():
+    check(cases_runner_target_scores_every_fed_position())

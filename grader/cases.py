@@ -1,0 +1,283 @@
+"""Cases: the unit a graded test checks, a failure message names, and ``ol`` diagnoses.
+
+A graded test is a list of :class:`Case` objects and one call to :func:`check`. A case is one call
+into the learner's code (``run``), written out as Python a learner can paste into a REPL
+(``call``), with what the card says it must give (``expected``) and the rule behind it (``rule``).
+Its *answer* is ``run()`` made plain JSON (lists, numbers, strings), or ``{"raises": "TypeName"}``
+when the call raised.
+
+The same cases serve three readers: the test (``check`` compares each answer with ``expected`` and
+fails with a message that names the case), ``ol diff`` (the learner's answers beside the
+reference's), and ``ol check``'s diagnosis (the learner's answers beside each named pitfall's, on
+the cases where they part from the reference's). A test module exposes its cases as functions
+``cases_<test name>()`` next to ``test_<test name>()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+FLOAT_TOLERANCE = 1e-9
+MESSAGE_LIMIT = 1800
+CALL_LIMIT = 600
+
+LAW_P_VALUE = 1e-4
+
+Answer = Any
+Judge = Callable[[Answer, Any], "str | None"]
+
+
+class NotWritten(Exception):
+    """The learner's function is still a stub (it raised NotImplementedError)."""
+
+
+@dataclass
+class Case:
+    label: str                     # short and unique within the test: "periodic-003", "section 3"
+    call: str                      # Python that reproduces the case, for people
+    run: Callable[[], Any]         # calls the code under test; its result becomes the answer
+    expected: Any = None           # what the card says the answer is
+    rule: str = ""                 # "card 2.1: ..." -- the rule the expected answer follows
+    judge: Judge | None = None     # answer, expected -> what is wrong, or None; default: equal
+    compare: str = "exact"         # how two answers are alike: "exact" (floats to 1e-9) or "law"
+    show: Callable[[Answer], str] | None = None   # an answer for people; default: repr
+
+    def answer(self) -> Answer:
+        """``run()`` as plain JSON; a raised exception becomes ``{"raises": name}``.
+
+        A stub's NotImplementedError is not an answer: it propagates, so the test fails with the
+        stub's own message ("spec.prompt_lookup (L10.8): not written yet ...").
+        """
+        try:
+            return plain(self.run())
+        except NotImplementedError:
+            raise
+        except Exception as err:  # the learner's code raising is an answer like any other
+            return {RAISES: type(err).__name__, "message": first_line(str(err))}
+
+    def problem(self, answer: Answer) -> str | None:
+        """What is wrong with ``answer`` for this case, or None."""
+        if self.judge is not None:
+            return self.judge(answer, self.expected)
+        if is_raise(self.expected):
+            return judge_raises(answer, self.expected)
+        where = first_difference(self.expected, answer)
+        if where is None:
+            return None
+        return "" if where == "" else f"they part at {where}"
+
+    def alike(self, a: Answer, b: Answer) -> bool:
+        """Two answers to this case are the same behaviour (for ``ol diff`` and the diagnosis)."""
+        return alike(a, b, self.compare)
+
+    def shown(self, answer: Answer) -> str:
+        if is_raise(answer):
+            return f"raises {answer[RAISES]}: {answer.get('message', '')}".rstrip(": ")
+        return self.show(answer) if self.show is not None else brief(answer)
+
+
+def check(cases: list[Case], what: str = "case") -> list[Answer]:
+    """Run every case; fail with a message naming the first failing one (and how many failed).
+
+    Returns the answers, for a test that checks something across all of them.
+    """
+    failing: list[tuple[Case, Answer, str]] = []
+    answers = []
+    for case in cases:
+        got = case.answer()
+        answers.append(got)
+        problem = case.problem(got)
+        if problem is not None:
+            failing.append((case, got, problem))
+    if failing:
+        raise AssertionError(failure_message(failing, len(cases), what))
+    return answers
+
+
+def failure_message(failing: list[tuple[Case, Answer, str]], total: int, what: str = "case") -> str:
+    """The headline (which case, how many), then the case: call, expected, yours, where, rule."""
+    case, got, problem = failing[0]
+    if total > 1:
+        head = f"{what} {case.label!r}: {len(failing)} of {total} {what}s fail; the first:"
+    else:
+        head = f"{what} {case.label!r} fails:"
+    lines = [head, f"  call:     {clip(case.call)}"]
+    if case.expected is not None:
+        lines.append(f"  expected: {case.shown(case.expected)}")
+    lines.append(f"  yours:    {case.shown(in_order_of(got, case.expected))}")
+    if problem:
+        lines.append(f"  {problem}")
+    if case.rule:
+        lines.append(f"  rule:     {case.rule}")
+    text = "\n".join(lines)
+    return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT - 3] + "..."
+
+
+def clip(text: str, width: int = CALL_LIMIT) -> str:
+    """A call too long to read in a terminal (big arrays): its start, and where to see it whole."""
+    return text if len(text) <= width else text[:width] + " ... (ol diff -k TEST shows the whole call)"
+
+
+def in_order_of(answer: Answer, like: Any) -> Answer:
+    """``answer`` with its keys in ``like``'s order, so two dicts read side by side."""
+    if isinstance(answer, dict) and isinstance(like, dict):
+        return {**{k: answer[k] for k in like if k in answer}, **answer}
+    return answer
+
+
+def alike(a: Answer, b: Answer, compare: str = "exact") -> bool:
+    """Two answers to one case are the same behaviour.
+
+    ``exact``: equal, floats within 1e-9; two raised exceptions of one type are alike whatever their
+    messages say. ``law``: two count vectors (how often each id was drawn over the same seeds) that
+    a chi-square test of homogeneity cannot tell apart at p = 1e-4.
+    """
+    if is_raise(a) or is_raise(b):
+        return is_raise(a) and is_raise(b) and a[RAISES] == b[RAISES]
+    if compare == "law":
+        return same_law(a, b)
+    return first_difference(a, b) is None
+
+
+def same_law(a: Answer, b: Answer) -> bool:
+    if not (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)):
+        return first_difference(a, b) is None
+    import numpy as np
+    from scipy.stats import chi2_contingency
+
+    table = np.array([a, b], dtype=np.float64)
+    table = table[:, table.sum(axis=0) > 0]
+    if table.shape[1] < 2 or np.array_equal(table[0], table[1]):
+        return bool(np.array_equal(table[0], table[1]))
+    return bool(chi2_contingency(table)[1] > LAW_P_VALUE)
+
+
+def plain(value: Any) -> Any:
+    """A result as JSON-able data: numpy scalars and arrays, tuples, enums and dataclasses unwrapped."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, enum.Enum):
+        return plain(value.value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if hasattr(value, "tolist"):   # numpy arrays and scalars
+        return plain(value.tolist())
+    return repr(value)
+
+
+def first_difference(want: Any, got: Any, path: str = "") -> str | None:
+    """Where ``got`` first parts from ``want`` ("tokens[2]", "" for the whole value), or None.
+
+    Floats are equal within 1e-9; a bool is never equal to a number; ints and floats that are
+    equal in value are equal.
+    """
+    if isinstance(want, dict) and isinstance(got, dict):
+        for key in want:
+            where = first_difference(want[key], got.get(key, _MISSING), f"{path}.{key}" if path else key)
+            if where is not None:
+                return where
+        extra = [k for k in got if k not in want]
+        return f"{path}.{extra[0]}" if extra and path else extra[0] if extra else None
+    if isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)):
+        for i, (a, b) in enumerate(zip(want, got)):
+            where = first_difference(a, b, f"{path}[{i}]")
+            if where is not None:
+                return where
+        if len(want) == len(got):
+            return None
+        return f"{path}[{min(len(want), len(got))}] (lengths {len(want)} and {len(got)})"
+    if isinstance(want, bool) or isinstance(got, bool):
+        return None if want is got else path
+    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
+        if isinstance(want, float) or isinstance(got, float):
+            if math.isnan(want) and math.isnan(got):
+                return None
+            return None if math.isclose(want, got, rel_tol=0, abs_tol=FLOAT_TOLERANCE) else path
+        return None if want == got else path
+    return None if want == got else path
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(missing)"
+
+
+_MISSING = _Missing()
+
+
+def brief(value: Any, limit: int = 16) -> str:
+    """An answer in one line: long lists keep their two ends; floats to 6 significant digits."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {brief(v, limit)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        items = [brief(v, limit) for v in value]
+        if len(items) > limit:
+            half = limit // 2
+            return f"[{', '.join(items[:half])}, ..., {', '.join(items[-half:])}] ({len(items)} items)"
+        return f"[{', '.join(items)}]"
+    if isinstance(value, float):
+        return f"{value:.10g}"
+    return repr(value)
+
+
+def first_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0][:200] if lines else ""
+
+
+def py(value: Any) -> str:
+    """``value`` as Python source a learner can paste: numpy arrays keep their dtype, floats all digits."""
+    if hasattr(value, "dtype") and hasattr(value, "tolist") and getattr(value, "ndim", 0) >= 1:
+        return f"np.array({value.tolist()!r}, dtype=np.{value.dtype})"
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(py(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changed = [f"{f.name}={py(getattr(value, f.name))}" for f in dataclasses.fields(value)
+                   if f.default is dataclasses.MISSING or getattr(value, f.name) != f.default]
+        return f"{type(value).__name__}({', '.join(changed)})"
+    return repr(value)
+
+
+def call_text(function: str, *args: Any, **kwargs: Any) -> str:
+    """``function(args...)`` as pasteable Python."""
+    parts = [py(a) for a in args] + [f"{k}={py(v)}" for k, v in kwargs.items()]
+    return f"{function}({', '.join(parts)})"
+
+
+def call(label: str, function: Callable, *args: Any, expected: Any = None, rule: str = "",
+         name: str | None = None, **fields: Any) -> Case:
+    """A case that calls ``function(*args)``; its ``call`` text is that call, written out."""
+    return Case(label, call_text(name or function.__name__, *args), lambda: function(*args), expected, rule, **fields)
+
+
+RAISES = "raises"
+
+
+def is_raise(answer: Answer) -> bool:
+    """The answer of a call that raised (``{"raises": name, "message": ...}``)."""
+    return isinstance(answer, dict) and RAISES in answer and set(answer) <= {RAISES, "message"}
+
+
+def raises(kind: str) -> dict:
+    """The expected answer of a call that must raise ``kind`` (by name: "SpecError")."""
+    return {RAISES: kind}
+
+
+def judge_raises(answer: Answer, expected: dict) -> str | None:
+    """Expected ``raises(kind)``: the call raised ``kind`` (or a subclass, named in ``kinds``)."""
+    if is_raise(answer) and answer[RAISES] == expected[RAISES]:
+        return None
+    if is_raise(answer):
+        return f"it raised {answer[RAISES]}, not {expected[RAISES]}"
+    return f"it returned instead of raising {expected[RAISES]}"
