@@ -30,12 +30,15 @@ def isolated(monkeypatch):
     saved_modules = {n: m for n, m in sys.modules.items() if n == "tinyllm" or n.startswith("tinyllm.")}
     saved_path = list(sys.path)
     monkeypatch.delenv("OL_WORKSPACE", raising=False)
+    monkeypatch.delenv("JPY_PARENT_PID", raising=False)
+    monkeypatch.setenv(course.REMEMBER_ENV, "")  # the developer's own last workspace stays out of it
     yield
     for name in [n for n in sys.modules if n == "tinyllm" or n.startswith("tinyllm.")]:
         del sys.modules[name]
     sys.modules.update(saved_modules)
     sys.path[:] = saved_path
     course._current = None
+    course._session = None
     course._on_path.clear()
 
 
@@ -190,7 +193,9 @@ def test_check_reads_the_json_results_into_a_table(tmp_path, monkeypatch):
         ("hand_example_prompt_lookup", "pass"), ("ngram_draft_hand_example", "fail"),
         ("config_parses_runtime_values", "error")]
     page = report._repr_html_()
-    assert "1 of 3 tests passed" in page and "assert [4] == [3]" in page and "more detail" not in page
+    assert "1 of 3 tests passed" in page and "assert [4] == [3]" in page
+    assert "<details>" in page and "more detail" in page.split("<details>", 1)[1]
+    assert "not in the module&#x27;s suite" in page
 
 
 def test_check_without_results_shows_what_ol_said(tmp_path, monkeypatch):
@@ -211,3 +216,279 @@ def test_check_runs_the_real_grader_on_the_learners_workspace(tmp_path, monkeypa
     assert [(t.name, t.status) for t in report.tests] == [
         ("hand_example_prompt_lookup", "fail"), ("rollback_hand_example", "fail")]
     assert "not written yet" in report.tests[0].message
+
+
+# --- Which workspace: OL_WORKSPACE, the remembered one, the notebook's folder, the repository ----
+
+def remember(tmp_path: Path, monkeypatch, workspace: Path) -> None:
+    memo = tmp_path / "remembered"
+    memo.write_text(f"{workspace}\n")
+    monkeypatch.setenv(course.REMEMBER_ENV, str(memo))
+
+
+def test_the_remembered_workspace_comes_before_the_notebooks_folder(tmp_path, monkeypatch):
+    started = make_workspace(tmp_path / "work", STUB_SPEC.read_text())
+    here = make_workspace(tmp_path / "notebooks", STUB_SPEC.read_text())
+    monkeypatch.chdir(here)
+    assert course.workspace_candidates() == [here, course.ROOT]
+    remember(tmp_path, monkeypatch, started)
+    assert course.workspace_candidates() == [started, here, course.ROOT]
+    tl = course.use()
+    assert tl.running.learner and tl.running.workspace == started
+    assert "remembered" in tl.running.found_by and "remembered" in course.banner_html(tl.running)
+
+
+def test_a_remembered_workspace_that_is_gone_is_skipped(tmp_path, monkeypatch):
+    remember(tmp_path, monkeypatch, tmp_path / "deleted")
+    monkeypatch.chdir(tmp_path)
+    assert course.workspace_candidates() == [tmp_path, course.ROOT]
+
+
+def test_ol_workspace_wins_and_a_relative_one_is_relative_to_where_it_was_set(tmp_path, monkeypatch):
+    remember(tmp_path, monkeypatch, make_workspace(tmp_path / "other", STUB_SPEC.read_text()))
+    typed_in = tmp_path / "shell"
+    ws = make_workspace(typed_in / "work", STUB_SPEC.read_text())
+    monkeypatch.chdir(typed_in)
+    monkeypatch.setenv("OL_WORKSPACE", "work")
+    assert course.workspace_candidates() == [ws]
+    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    assert course.workspace_candidates() == [ws]
+
+
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="reads /proc/<pid>/cwd (Linux)")
+def test_in_a_kernel_a_relative_ol_workspace_is_relative_to_the_jupyter_servers_folder(tmp_path, monkeypatch):
+    typed_in = tmp_path / "shell"
+    ws = make_workspace(typed_in / "work", STUB_SPEC.read_text())
+    notebook_folder = tmp_path / "notebooks"
+    notebook_folder.mkdir()
+    monkeypatch.chdir(notebook_folder)  # a kernel runs in the notebook's folder
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=typed_in)
+    try:
+        monkeypatch.setenv("JPY_PARENT_PID", str(server.pid))
+        monkeypatch.setenv("OL_WORKSPACE", "work")
+        tl = course.use()
+        assert tl.running.learner and tl.running.workspace == ws
+        assert str(typed_in) in tl.running.found_by
+    finally:
+        server.kill()
+        server.wait()
+
+
+# --- Edits are seen: the file is reloaded in the same module ------------------------------------
+
+def reference_function(name: str) -> str:
+    """The source of one of the reference's top-level functions."""
+    import ast
+
+    text = REFERENCE_SPEC.read_text()
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    return ast.get_source_segment(text, node)
+
+
+def write_function(spec_file: Path, name: str, source: str) -> None:
+    """Replace the function ``name`` in ``spec_file`` with ``source``, as a learner saving it would."""
+    import ast
+
+    text = spec_file.read_text()
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    lines = text.splitlines(keepends=True)
+    start = node.lineno - 1 - len(node.decorator_list)
+    spec_file.write_text("".join(lines[:start]) + source + "\n" + "".join(lines[node.end_lineno:]))
+
+
+def test_an_edit_is_seen_by_the_next_cell_without_rerunning_the_first(tmp_path, monkeypatch, capsys):
+    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
+    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    tl = course.use()
+    spec = tl.spec  # what the first cell keeps
+    capsys.readouterr()
+    with course.learner_code():
+        spec.prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1)
+    assert "`prompt_lookup` is not written yet" in capsys.readouterr().out
+    write_function(ws / "tinyllm" / "spec.py", "prompt_lookup", reference_function("prompt_lookup"))
+    with course.learner_code():  # the same cell, rerun
+        assert spec.prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1) == [7, 8, 5]
+    assert spec is sys.modules["tinyllm.spec"] and capsys.readouterr().out == ""
+
+
+def test_values_made_before_an_edit_work_with_the_new_code(tmp_path, monkeypatch):
+    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
+    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    tl = course.use()
+    spec = tl.spec
+    SpecConfig, Draft, SpecError = spec.SpecConfig, spec.Draft, spec.SpecError
+    cfg = spec.SpecConfig(spec.Draft.PROMPT_LOOKUP, 3)
+    rollback_seen_by_runner = tl.runner.rollback
+    spec_file = ws / "tinyllm" / "spec.py"
+    for name in ("prompt_lookup", "propose", "blocks_for", "rollback"):
+        write_function(spec_file, name, reference_function(name))
+    spec_file.write_text(spec_file.read_text().replace(
+        'raise NotImplementedError("spec.SpecConfig.parse (L10.8): not written yet -- "\n'
+        '                                  "see course/L10.8.md section 4")',
+        "return SpecConfig(Draft(draft), k)"))
+    assert course.refresh()
+    assert (spec.SpecConfig, spec.Draft, spec.SpecError) == (SpecConfig, Draft, SpecError)
+    assert spec.propose(cfg, [5, 6, 7, 8, 5, 6], 3) == [7, 8, 5]
+    assert spec.SpecConfig.parse("ngram", 2) == SpecConfig(Draft.NGRAM, 2)
+    assert isinstance(spec.SpecConfig.parse("none", 1), SpecConfig)
+    assert tl.runner.rollback is rollback_seen_by_runner is spec.rollback
+    pool = tl.kvpool.KvPool(4, 2)
+    table = [pool.allocate(), pool.allocate()]
+    assert tl.runner.rollback(pool, table, 1) == 1  # the runner calls the new rollback
+    assert not course.refresh(), "nothing changed since"
+
+
+def test_a_save_that_does_not_import_is_named_until_fixed(tmp_path, monkeypatch, capsys):
+    ws = make_workspace(tmp_path, REFERENCE_SPEC.read_text())
+    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    spec = course.use().spec
+    spec_file = ws / "tinyllm" / "spec.py"
+    good = spec_file.read_text()
+    spec_file.write_text(good + "\ndef broken(:\n")
+    capsys.readouterr()
+    with course.learner_code():
+        spec.prompt_lookup([1, 2, 1], 2, 2, 1)
+    shown = capsys.readouterr().out.strip()
+    assert "does not import (line" in shown and "SyntaxError" in shown and len(shown.splitlines()) == 1
+    spec_file.write_text(good)
+    with course.learner_code():
+        assert spec.prompt_lookup([1, 2, 1], 2, 2, 1) == [2, 1]
+    assert capsys.readouterr().out == ""
+
+
+def test_a_file_that_did_not_import_at_first_runs_once_fixed(tmp_path, monkeypatch):
+    ws = make_workspace(tmp_path, "def prompt_lookup(ctx:\n")
+    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    tl = course.use()
+    assert tl.running.source == "reference"
+    (ws / "tinyllm" / "spec.py").write_text(REFERENCE_SPEC.read_text() + '\nWHOSE = "learner"\n')
+    assert course.refresh()
+    assert tl.running.learner and tl.spec.WHOSE == "learner"
+
+
+# --- Pictures before code: a stub draws with the reference, labelled ------------------------------
+
+def test_in_a_panel_a_stub_draws_with_the_reference_and_says_so(tmp_path, monkeypatch):
+    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
+    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    spec = course.use().spec
+    with course.drawing() as record:
+        assert spec.prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1) == [7, 8, 5]
+    assert record.substituted == ["prompt_lookup"] and record.used == []
+    markup, text = course.draw_label(record)
+    assert text == "drawn with the reference: `prompt_lookup` is not written yet (card section 2.1)"
+    assert "<code>prompt_lookup</code>" in markup and "course-label" in markup
+    with pytest.raises(NotImplementedError):  # outside a panel, the stub is the stub
+        spec.prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1)
+
+
+def test_a_written_function_draws_with_yours_beside_a_stub(tmp_path, monkeypatch):
+    """Chapter 1's strip: prompt_lookup written, ngram_draft still a stub."""
+    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
+    mine = reference_function("prompt_lookup").replace('"""Copy', '"""Mine. Copy')
+    write_function(ws / "tinyllm" / "spec.py", "prompt_lookup", mine)
+    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    spec = course.use().spec
+    with course.drawing() as record:
+        assert spec.prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1) == [7, 8, 5]
+        assert spec.ngram_draft([1, 2, 3, 1, 2, 4, 1, 2], 4, 3) == [3, 1, 2, 3]
+    assert record.used == ["prompt_lookup"] and record.substituted == ["ngram_draft"]
+    assert record.difference == ""
+    assert course.draw_label(record)[1] == ("drawn with your `prompt_lookup`; drawn with the reference: "
+                                            "`ngram_draft` is not written yet (card section 2.1)")
+
+
+def test_a_panel_names_where_yours_and_the_reference_differ(tmp_path, monkeypatch):
+    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
+    write_function(ws / "tinyllm" / "spec.py", "prompt_lookup",
+                   "def prompt_lookup(ctx, k, max_ngram, min_ngram):\n    return list(ctx[:1])\n")
+    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    spec = course.use().spec
+    cfg = spec.SpecConfig(spec.Draft.PROMPT_LOOKUP, 3)
+    with course.drawing() as record:
+        assert spec.propose(cfg, [5, 6, 7, 8, 5, 6], 3) == [5]  # the reference's propose, your lookup
+    assert record.substituted == ["propose"] and record.used == ["prompt_lookup"]
+    assert record.difference == ("your `prompt_lookup` and the reference's differ on this panel's inputs: "
+                                 "prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1) gives [5] with yours, "
+                                 "[7, 8, 5] with the reference's")
+    assert len(course.draw_label(record)[1].splitlines()) == 2
+
+
+def test_with_the_reference_running_a_panel_has_no_label(tmp_path, monkeypatch):
+    monkeypatch.setenv("OL_WORKSPACE", str(tmp_path))
+    spec = course.use().spec
+    with course.drawing() as record:
+        spec.prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1)
+    assert course.draw_label(record) == ("", "")
+
+
+def test_the_stub_functions_are_read_from_the_stub():
+    names = course.stub_functions()
+    assert "SpecConfig.parse" in names and "prompt_lookup" in names and "generate_stream" in names
+    assert "generate" not in names and all(n in course.CARD_SECTIONS for n in names)
+
+
+# --- The check table: headline, the failing case, the diagnosis ----------------------------------
+
+def test_the_check_table_shows_the_failing_case_and_the_diagnosis(tmp_path, monkeypatch):
+    monkeypatch.setenv("OL_WORKSPACE", str(tmp_path))
+    course.use()
+    message = ("prompt_lookup copied after the first occurrence\n"
+               "inputs: prompt_lookup([1, 2, 9, 1, 2, 7, 1, 2], 2, 3, 1)\nexpected: [7, 1]\nyours: [9, 1]\n"
+               "they part at draft position 0 (card section 2.1)")
+    runner, _ = fake_ol({"version": 3, "status": "fail", "message": "", "module": "L10.8", "tests": [
+        {"name": "hand_example_prompt_lookup", "status": "fail", "message": message, "duration": 0.01,
+         "diagnosis": {"summary": "Your draft copies after the first earlier occurrence <not the last>.",
+                       "pitfalls": ["s01"]}},
+        {"name": "ngram_draft_hand_example", "status": "pass", "message": "", "duration": 0.01,
+         "diagnosis": None},
+    ]})
+    report = course.check("hand_example_prompt_lookup", "ngram_draft_hand_example", runner=runner)
+    first = report.tests[0]
+    assert first.headline == "prompt_lookup copied after the first occurrence"
+    assert first.details.splitlines()[0] == "inputs: prompt_lookup([1, 2, 9, 1, 2, 7, 1, 2], 2, 3, 1)"
+    assert first.diagnosis == {"summary": "Your draft copies after the first earlier occurrence <not the last>.",
+                               "pitfalls": ["s01"]}
+    page = report._repr_html_()
+    row, more = page.split('class="course-check-more"')[0], page.split('class="course-check-more"')[1]
+    assert "prompt_lookup copied after the first occurrence" in row and "expected: [7, 1]" not in row
+    details = more.split("<details>")[1].split("</details>")[0]
+    assert "expected: [7, 1]" in details and "yours: [9, 1]" in details
+    after = more.split("</details>")[1]
+    assert "&lt;not the last&gt;" in after and "s01" in after
+    assert page.count("course-check-more") == 1  # the passing test has no second row
+
+
+# --- Colours that read in light and dark themes -----------------------------------------------------
+
+def contrast(a: str, b: str) -> float:
+    """WCAG 2 contrast ratio of two #rrggbb colours."""
+    def luminance(colour: str) -> float:
+        channels = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+@pytest.mark.parametrize("kind", sorted(course.CHIP_COLOURS))
+def test_every_chip_sets_both_colours_with_contrast_above_4_5(kind):
+    background, colour, _ = course.CHIP_COLOURS[kind]
+    assert contrast(background, colour) >= 4.5
+    markup = course.chip("<eos>", kind)
+    assert f"background:{background}" in markup and f"color:{colour}" in markup
+    assert "&lt;eos&gt;" in markup and f"course-chip-{kind}" in markup
+
+
+def test_an_unknown_chip_kind_is_named():
+    with pytest.raises(ValueError, match="unknown chip kind 'acepted'"):
+        course.chip("x", "acepted")
+
+
+def test_boxes_take_their_colours_from_the_theme(tmp_path, monkeypatch):
+    monkeypatch.setenv("OL_WORKSPACE", str(tmp_path))
+    tl = course.use()
+    banner = course.banner_html(tl.running)
+    assert "background:var(--jp-layout-color2" in banner and "color:var(--jp-ui-font-color0" in banner
+    assert "ol lab --workspace" in banner
