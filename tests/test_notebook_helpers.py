@@ -324,7 +324,7 @@ def test_values_made_before_an_edit_work_with_the_new_code(tmp_path, monkeypatch
         write_function(spec_file, name, reference_function(name))
     spec_file.write_text(spec_file.read_text().replace(
         'raise NotImplementedError("spec.SpecConfig.parse (L10.8): not written yet -- "\n'
-        '                                  "see course/L10.8.md section 4")',
+        '                                  "see course/L10.8.md section 2.1")',
         "return SpecConfig(Draft(draft), k)"))
     assert course.refresh()
     assert (spec.SpecConfig, spec.Draft, spec.SpecError) == (SpecConfig, Draft, SpecError)

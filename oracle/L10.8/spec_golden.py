@@ -356,8 +356,8 @@ def generation_cases(rng) -> list[dict]:
         seed = seed64(rng) if i % 3 == 1 else int(rng.integers(0, 1000))
         max_new = int(rng.integers(8, 41))
         eos = [int(rng.integers(0, vocab))] if i % 5 == 2 else [prompt[-2]] if i % 7 == 3 else []
-        kind = "sampled" if sampled else "greedy"
-        cases.append(trace(f"gen-{i:03d}-{draft.value}-{kind}", spec, prompt, draft, k, params, seed, max_new, eos))
+        name = f"gen-{i:03d}-{draft.value}-{'sampled' if sampled else 'greedy'}"
+        cases.append(trace(name, spec, prompt, draft, k, params, seed, max_new, eos))
     for i in range(8):
         # The EOS is the third token of the target's own continuation, so it arrives inside an
         # accepted run: the draft tokens after it are accepted (and counted) but never emitted.

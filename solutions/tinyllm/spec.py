@@ -2,7 +2,8 @@
 
 Draft a few tokens cheaply from the request's own context, score them all with one target
 forward pass, keep the longest prefix the verifier accepts, and give back the KV of the rest.
-Section numbers refer to the module card (``course/L10.8.md``).
+Section numbers refer to the module card (``course/L10.8.md``); the functions come in the order
+its section 2 lists them, ``SpecConfig.parse`` first and ``generate_stream`` last.
 """
 
 import enum
@@ -51,7 +52,10 @@ class SpecConfig:
 
     @staticmethod
     def parse(draft: str, k: int) -> "SpecConfig":
-        """The runtime values ``draft = "none" | "ngram" | "prompt_lookup"`` and ``k``."""
+        """The runtime values ``draft = "none" | "ngram" | "prompt_lookup"`` and ``k`` (section 2.1).
+
+        The name must match exactly; ``__post_init__`` refuses a ``k`` outside ``1..16``.
+        """
         names = [d.value for d in Draft]
         if draft not in names:
             raise SpecError(f"unknown draft {draft!r}; expected one of {', '.join(names)}")
@@ -64,8 +68,9 @@ def prompt_lookup(ctx: Sequence[int], k: int, max_ngram: int, min_ngram: int) ->
     """Copy what followed the most recent earlier occurrence of the context's suffix.
 
     For ``n`` from ``max_ngram`` down to ``min_ngram``: find the largest start ``i < t - n`` with
-    ``ctx[i:i+n] == ctx[t-n:]``; the draft is ``ctx[i+n : i+n+k]``, which may run into the suffix
-    itself (it stops only at the end of the context). The first ``n`` with a match wins.
+    ``ctx[i:i+n] == ctx[t-n:]`` (the occurrence may overlap the suffix); the draft is
+    ``ctx[i+n : i+n+k]``, which may run into the suffix itself (it stops only at the end of the
+    context). The first ``n`` with a match wins; none, or ``k <= 0``, gives ``[]``.
     """
     tokens = np.asarray(ctx, dtype=np.int64)
     t = tokens.shape[0]
@@ -89,8 +94,8 @@ def ngram_draft(ctx: Sequence[int], k: int, n: int) -> list[int]:
     """Draft up to ``k`` tokens, each the most frequent follower of the recent context.
 
     For each draft token: for ``m`` from ``n - 1`` down to 1, count the tokens that followed every
-    earlier occurrence of the last ``m`` tokens (drafted tokens included); the most frequent wins,
-    ties to the lowest id. Stop when no ``m`` matches.
+    earlier occurrence of the last ``m`` tokens (drafted tokens included; occurrences may overlap
+    the suffix); the most frequent wins, ties to the lowest id. Stop when no ``m`` matches.
     """
     ext = [int(t) for t in ctx]
     draft: list[int] = []
@@ -116,7 +121,10 @@ def ngram_draft(ctx: Sequence[int], k: int, n: int) -> list[int]:
 
 
 def propose(cfg: SpecConfig, ctx: Sequence[int], k: int) -> list[int]:
-    """The configured draft of at most ``k`` tokens (``k`` may be shorter than ``cfg.k``)."""
+    """The configured draft of at most ``k`` tokens (``k`` may be shorter than ``cfg.k``).
+
+    The n-gram draft takes ``n = cfg.max_ngram``; ``Draft.NONE`` or ``k <= 0`` drafts nothing.
+    """
     if k <= 0 or cfg.draft is Draft.NONE:
         return []
     if cfg.draft is Draft.PROMPT_LOOKUP:
@@ -129,8 +137,8 @@ def propose(cfg: SpecConfig, ctx: Sequence[int], k: int) -> list[int]:
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """``normalize(max(0, p - q))``: where the mass the draft over-proposed is given back.
 
-    When ``p == q`` up to rounding the residual has no mass; a rejection then cannot happen in
-    exact arithmetic, and ``p`` itself is returned.
+    When the residual's sum is exactly 0.0 (every ``p <= q``, as when ``p == q``) it has no mass;
+    a rejection then cannot happen in exact arithmetic, and ``p`` itself is returned. No epsilon.
     """
     r = np.maximum(0.0, np.asarray(p, dtype=np.float64) - np.asarray(q, dtype=np.float64))
     total = r.sum()
@@ -140,7 +148,8 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def sample_dense(p: np.ndarray, u: float) -> int:
-    """The first id whose running sum of ``p`` exceeds ``u`` (the sampler's walk)."""
+    """The first id whose running sum of ``p`` exceeds ``u``, or the last id with mass when rounding
+    leaves ``u`` past the end (the sampler's walk)."""
     return walk(np.asarray(p, dtype=np.float64), u)
 
 
@@ -166,8 +175,9 @@ def speculative_step(p: np.ndarray, q: np.ndarray, x: int, u_accept: float,
                      u_resample: float) -> tuple[int, bool]:
     """Accept draft token ``x`` when ``u_accept < p(x) / q(x)``; else draw from the residual.
 
-    Returns ``(token, accepted)``. A ``q`` with ``q(x) = 0`` could not have proposed ``x``: that is
-    a bug in the draft and raises :class:`SpecError`.
+    Returns ``(token, accepted)``. The test is strict: ``u_accept`` equal to the ratio rejects, and
+    a token with ``p(x) = 0`` is never accepted. A ``q`` with ``q(x) = 0`` could not have proposed
+    ``x``: that is a bug in the draft and raises :class:`SpecError`.
     """
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
@@ -186,7 +196,8 @@ def speculative_step(p: np.ndarray, q: np.ndarray, x: int, u_accept: float,
 
 def dense_distribution(logits, params: SamplingParams, prompt: Sequence[int],
                        output: Sequence[int]) -> np.ndarray:
-    """The target's sampling distribution ``p`` over the whole vocabulary (L10.1's rules)."""
+    """The target's sampling distribution ``p`` over the whole vocabulary: L10.1's ``distribution``,
+    float64 in id order with zeros where filtered, so it lines up with ``q`` id by id."""
     return distribution(logits, params, prompt, output)
 
 
@@ -223,8 +234,9 @@ def verify_draft(rows, draft: Sequence[int], draft_probs, params: SamplingParams
     """Walk the draft against the target's ``len(draft) + 1`` rows (section 2.2).
 
     Greedy: keep ``d_i`` while it is the penalized argmax of row ``i`` (penalties see the tokens
-    accepted so far); a mismatch emits the argmax and stops; after a full acceptance row ``m``
-    gives the bonus token. No draws.
+    accepted so far; ties go to the lowest id, so a draft token that only ties the maximum is
+    rejected); a mismatch emits the argmax and stops; after a full acceptance row ``m`` gives the
+    bonus token. No draws.
     Sampled: at every position draw ``u_a`` then ``u_r`` (both, always) and apply
     :func:`speculative_step` with ``q`` the draft distribution (one-hot when ``draft_probs`` is
     None); after a full acceptance the bonus is L10.1's :func:`sample` of row ``m`` (one draw).
@@ -280,7 +292,9 @@ def rollback(pool: KvPool, table: list[int], keep: int) -> int:
     """Shrink ``table`` in place to the blocks ``keep`` positions need; return how many it released.
 
     Each dropped block loses one reference (a block shared through the prefix cache survives for
-    its other owner); the last kept block's fill becomes what it still holds.
+    its other owner); the last kept block's fill becomes what it still holds. Nothing is indexed
+    here: ``RunnerTarget.truncate`` indexes the full blocks inside the kept length afterwards, so a
+    block a rejected draft filled never enters the prefix index (section 2.4).
     """
     capacity = len(table) * pool.block_tokens
     if not 0 <= keep <= capacity:
@@ -352,12 +366,14 @@ def _check_request(target: Target, prompt: Sequence[int], seed: int, max_new: in
 def generate_stream(target: Target, cfg: SpecConfig, prompt: Sequence[int], params: SamplingParams,
                     seed: int, max_new: int, eos: Sequence[int],
                     on_token: Callable[[int, float], bool]) -> Generated:
-    """Generate up to ``max_new`` tokens, one round per target pass, streaming each token.
+    """Generate up to ``max_new`` tokens, one round per target pass, streaming each token (section 2.5).
 
-    A round feeds the pending tokens (the prompt first, then the last emitted token) plus a draft
+    One generator, ``stream(seed)``, serves the whole request; the target must start empty. A round
+    feeds the pending tokens (the prompt first, then the last emitted token) plus a draft
     shortened to ``max_new - emitted - 1``, verifies, and truncates the target to what was kept.
     Every emitted token goes to ``on_token(token, logprob)`` in order as soon as its round is
-    verified; generation ends at an EOS token, at ``max_new``, or when ``on_token`` returns False.
+    verified; generation ends at an EOS token (emitted), at ``max_new``, or after a token for which
+    ``on_token`` returns False, and the rest of that round is dropped.
     """
     _check_request(target, prompt, seed, max_new)
     prompt = [int(t) for t in prompt]

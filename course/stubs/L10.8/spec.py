@@ -4,9 +4,11 @@ Draft a few tokens cheaply from the request's own context, score them all with o
 forward pass, keep the longest prefix the verifier accepts, and give back the KV of the rest.
 Section numbers refer to the module card, ``course/L10.8.md``.
 
-The types (SpecError, Draft, SpecConfig, Verified, Target, SpecStats, Generated) and ``generate``
-are given. Every function that raises NotImplementedError is yours; ``ol tests L10.8`` lists the
-tests, ``ol check L10.8`` grades them.
+Given: ``MAX_K``, ``SpecError``, ``Draft``, ``SpecConfig``'s fields and its validation
+(``__post_init__``), ``Verified``, ``Target``, ``SpecStats``, ``Generated`` and ``generate``.
+Yours: the twelve functions that raise NotImplementedError, starting with ``SpecConfig.parse``;
+write them in the order of the list at the top of the card's section 2, which describes each.
+``ol tests L10.8`` lists the tests, ``ol check L10.8`` grades them.
 """
 
 import enum
@@ -55,12 +57,14 @@ class SpecConfig:
 
     @staticmethod
     def parse(draft: str, k: int) -> "SpecConfig":
-        """The runtime values ``draft = "none" | "ngram" | "prompt_lookup"`` and ``k``.
+        """The runtime values ``draft = "none" | "ngram" | "prompt_lookup"`` and ``k`` (section 2.1).
 
-        Any other draft name, or a ``k`` outside ``1..16``, raises :class:`SpecError`.
+        The name must be exactly one of the three; any other raises :class:`SpecError` naming it.
+        The answer is ``SpecConfig(Draft(draft), k)`` with the default n-gram sizes; the given
+        constructor already refuses a ``k`` that is not an ``int`` in ``1..16`` (bools and floats too).
         """
         raise NotImplementedError("spec.SpecConfig.parse (L10.8): not written yet -- "
-                                  "see course/L10.8.md section 4")
+                                  "see course/L10.8.md section 2.1")
 
 
 # --- 2.1 Drafts from the context -------------------------------------------------------------
@@ -69,9 +73,9 @@ def prompt_lookup(ctx: Sequence[int], k: int, max_ngram: int, min_ngram: int) ->
     """Copy what followed the most recent earlier occurrence of the context's suffix.
 
     For ``n`` from ``max_ngram`` down to ``min_ngram``: find the largest start ``i < t - n`` with
-    ``ctx[i:i+n] == ctx[t-n:]``; the draft is ``ctx[i+n : i+n+k]``, which may run into the suffix
-    itself (it stops only at the end of the context). The first ``n`` with a match wins; no match
-    at all gives ``[]``.
+    ``ctx[i:i+n] == ctx[t-n:]`` (the occurrence may overlap the suffix); the draft is
+    ``ctx[i+n : i+n+k]``, which may run into the suffix itself (it stops only at the end of the
+    context). The first ``n`` with a match wins; no match at all, or ``k <= 0``, gives ``[]``.
     """
     raise NotImplementedError("spec.prompt_lookup (L10.8): not written yet -- "
                               "see course/L10.8.md section 2.1")
@@ -81,8 +85,9 @@ def ngram_draft(ctx: Sequence[int], k: int, n: int) -> list[int]:
     """Draft up to ``k`` tokens, each the most frequent follower of the recent context.
 
     For each draft token: for ``m`` from ``n - 1`` down to 1, count the tokens that followed every
-    earlier occurrence of the last ``m`` tokens (drafted tokens included); the most frequent wins,
-    ties to the lowest id. Stop when no ``m`` matches.
+    earlier occurrence of the last ``m`` tokens (occurrences may overlap the suffix); the most
+    frequent wins, ties to the lowest id. Each drafted token joins the context the next counts
+    read. Stop when no ``m`` matches, or at ``k`` tokens; ``n = 1`` drafts nothing.
     """
     raise NotImplementedError("spec.ngram_draft (L10.8): not written yet -- "
                               "see course/L10.8.md section 2.1")
@@ -91,7 +96,8 @@ def ngram_draft(ctx: Sequence[int], k: int, n: int) -> list[int]:
 def propose(cfg: SpecConfig, ctx: Sequence[int], k: int) -> list[int]:
     """The configured draft of at most ``k`` tokens (``k`` may be shorter than ``cfg.k``).
 
-    ``Draft.NONE`` or ``k <= 0`` drafts nothing; n-gram drafts use ``n = cfg.max_ngram``.
+    ``Draft.NONE`` or ``k <= 0`` drafts nothing; prompt lookup uses ``cfg.max_ngram`` and
+    ``cfg.min_ngram``; the n-gram draft uses ``n = cfg.max_ngram``.
     """
     raise NotImplementedError("spec.propose (L10.8): not written yet -- "
                               "see course/L10.8.md section 2.1")
@@ -102,24 +108,27 @@ def propose(cfg: SpecConfig, ctx: Sequence[int], k: int) -> list[int]:
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """``normalize(max(0, p - q))``: where the mass the draft over-proposed is given back.
 
-    When ``p == q`` up to rounding the residual has no mass (a rejection cannot happen in exact
-    arithmetic); return ``p`` itself then.
+    When the sum of ``max(0, p - q)`` is exactly 0.0 (every ``p <= q``, as when ``p == q``; no
+    epsilon) the residual has no mass: return ``p / sum(p)`` then.
     """
     raise NotImplementedError("spec.residual (L10.8): not written yet -- "
-                              "see course/L10.8.md section 2.3")
+                              "see course/L10.8.md section 2.2")
 
 
 def sample_dense(p: np.ndarray, u: float) -> int:
-    """The first id whose running sum of ``p`` exceeds ``u`` (L10.1's walk)."""
+    """The first id whose running sum of ``p`` exceeds ``u``, strictly; if rounding leaves ``u`` at or
+    past the last running sum, the last id with mass (L10.1's ``walk``)."""
     raise NotImplementedError("spec.sample_dense (L10.8): not written yet -- "
                               "see course/L10.8.md section 2.2")
 
 
 def speculative_step(p: np.ndarray, q: np.ndarray, x: int, u_accept: float,
                      u_resample: float) -> tuple[int, bool]:
-    """Accept draft token ``x`` when ``u_accept < p(x) / q(x)``; else draw from the residual.
+    """Accept draft token ``x`` when ``u_accept < p(x) / q(x)``, strictly; else walk the residual at
+    ``u_resample``.
 
-    Returns ``(token, accepted)``. A ``q`` with ``q(x) = 0`` could not have proposed ``x``: raise
+    Returns ``(token, accepted)``. ``u_accept`` equal to the ratio rejects, and a token with
+    ``p(x) = 0`` is never accepted. A ``q`` with ``q(x) = 0`` could not have proposed ``x``: raise
     :class:`SpecError`, as for shapes that differ, ``x`` outside the vocabulary, or a ``u``
     outside ``[0, 1)``.
     """
@@ -129,7 +138,10 @@ def speculative_step(p: np.ndarray, q: np.ndarray, x: int, u_accept: float,
 
 def dense_distribution(logits, params: SamplingParams, prompt: Sequence[int],
                        output: Sequence[int]) -> np.ndarray:
-    """The target's sampling distribution ``p`` over the whole vocabulary (L10.1's rules)."""
+    """The target's sampling distribution ``p`` over the whole vocabulary: L10.1's ``distribution``.
+
+    Float64, length V, in id order, zeros where filtered, so it lines up with ``q`` id by id.
+    """
     raise NotImplementedError("spec.dense_distribution (L10.8): not written yet -- "
                               "see course/L10.8.md section 2.2")
 
@@ -145,15 +157,18 @@ def verify_draft(rows, draft: Sequence[int], draft_probs, params: SamplingParams
                  prompt: Sequence[int], output: Sequence[int], rng: Pcg32) -> Verified:
     """Walk the draft against the target's ``len(draft) + 1`` rows (section 2.2).
 
-    Greedy: keep ``d_i`` while it is the penalized argmax of row ``i`` (penalties see the tokens
-    accepted so far); a mismatch emits the argmax and stops; after a full acceptance row ``m``
-    gives the bonus token. No draws.
+    Penalties count ``output`` followed by the tokens emitted so far in this round.
+    Greedy: keep ``d_i`` while it is the penalized argmax of row ``i`` (ties to the lowest id, so a
+    draft token that only ties the maximum at a higher id is rejected); a mismatch emits the
+    argmax and stops; after a full acceptance row ``m`` gives the bonus token. No draws.
     Sampled: at every position draw ``u_a`` then ``u_r`` (both, always) and apply
-    :func:`speculative_step` with ``q`` the draft distribution (one-hot when ``draft_probs`` is
-    None); after a full acceptance the bonus is L10.1's ``sample`` of row ``m`` (one draw).
+    :func:`speculative_step` with ``p`` from :func:`dense_distribution` and ``q`` the draft
+    distribution (one-hot when ``draft_probs`` is None); after a full acceptance the bonus is
+    L10.1's ``sample`` of row ``m`` (one draw).
     Logprobs are L10.1's: the log-softmax of the penalized row at the emitted token.
-    Rows of the wrong number or shape, draft distributions of the wrong number or length, and
-    draft ids outside the vocabulary raise :class:`SpecError`.
+    Rows of the wrong number or shape, NaN or +inf, draft distributions of the wrong number,
+    length or sum (1 within 1e-6) or giving their own token 0, and draft ids outside the
+    vocabulary raise :class:`SpecError`.
     """
     raise NotImplementedError("spec.verify_draft (L10.8): not written yet -- "
                               "see course/L10.8.md section 2.2")
@@ -162,7 +177,10 @@ def verify_draft(rows, draft: Sequence[int], draft_probs, params: SamplingParams
 # --- 2.4 Rollback ----------------------------------------------------------------------------
 
 def blocks_for(tokens: int, block_tokens: int) -> int:
-    """How many blocks ``tokens`` positions need: ``ceil(tokens / block_tokens)``."""
+    """How many blocks ``tokens`` positions need: ``ceil(tokens / block_tokens)``.
+
+    ``block_tokens < 1`` or ``tokens < 0`` raises :class:`SpecError`.
+    """
     raise NotImplementedError("spec.blocks_for (L10.8): not written yet -- "
                               "see course/L10.8.md section 2.4")
 
@@ -171,8 +189,11 @@ def rollback(pool: KvPool, table: list[int], keep: int) -> int:
     """Shrink ``table`` in place to the blocks ``keep`` positions need; return how many it released.
 
     Each dropped block loses one reference (a block shared through the prefix cache survives for
-    its other owner); the last kept block's fill becomes what it still holds. A ``keep`` outside
-    ``[0, len(table) * block_tokens]`` raises :class:`SpecError`.
+    its other owner); the last kept block's fill becomes what it still holds, so a block a
+    rejected draft filled is never full inside the kept length and never enters the prefix index
+    (``RunnerTarget.truncate`` indexes after calling this; you never register a block here). A
+    ``keep`` outside ``[0, len(table) * block_tokens]``, a cut into a shared last block, or a
+    ``PoolError`` raises :class:`SpecError`.
     """
     raise NotImplementedError("spec.rollback (L10.8): not written yet -- "
                               "see course/L10.8.md section 2.4")
@@ -217,18 +238,22 @@ class Generated:
 def generate_stream(target: Target, cfg: SpecConfig, prompt: Sequence[int], params: SamplingParams,
                     seed: int, max_new: int, eos: Sequence[int],
                     on_token: Callable[[int, float], bool]) -> Generated:
-    """Generate up to ``max_new`` tokens, one round per target pass, streaming each token.
+    """Generate up to ``max_new`` tokens, one round per target pass, streaming each token (section 2.5).
 
-    The generator is L10.1's ``stream(seed)``. A round feeds the pending tokens (the prompt first,
-    then the last emitted token) plus a draft shortened to ``max_new - emitted - 1``, verifies,
-    and truncates the target to what was kept (the last emitted token stays pending). Every
-    emitted token goes to ``on_token(token, logprob)`` in order as soon as its round is verified;
-    generation ends at an EOS token, at ``max_new``, or when ``on_token`` returns False. The
-    target must start empty; an empty prompt, a negative ``max_new`` or a seed outside
-    ``[0, 2**64)`` raise :class:`SpecError`.
+    One generator, L10.1's ``stream(seed)``, for the whole request. A round proposes from the
+    prompt and every emitted token a draft shortened to ``max_new - emitted - 1``, feeds the
+    pending tokens (the prompt first, then the last emitted token) plus the draft in one
+    ``extend``, verifies the last ``len(draft) + 1`` rows, hands each verified token to
+    ``on_token(token, logprob)`` in order, and truncates the target to ``base + len(pending) +
+    handed_over - 1`` (the last emitted token stays pending). Generation ends at ``max_new``, after
+    an EOS token (emitted, and heard), or after a token for which ``on_token`` returns False; the
+    rest of that round is dropped. ``stats``: drafted (draft tokens proposed), accepted (the
+    verifier's ``n_accepted``, also past an EOS or a stop), target_calls (``extend`` calls).
+    An empty prompt, a ``max_new`` that is not an int >= 0, a seed outside ``[0, 2**64)`` or a
+    target that is not empty raise :class:`SpecError`.
     """
     raise NotImplementedError("spec.generate_stream (L10.8): not written yet -- "
-                              "see course/L10.8.md section 4")
+                              "see course/L10.8.md section 2.5")
 
 
 def generate(target: Target, cfg: SpecConfig, prompt: Sequence[int], params: SamplingParams,
