@@ -1,0 +1,7 @@
+"""nbval runs the chapters against the reference, or against ``OL_WORKSPACE`` when it is set: never
+against whatever workspace ``ol start`` remembered last (``.ol-workspace``), which is the learner's
+or another test's, not this run's."""
+
+import os
+
+os.environ.setdefault("OL_LAST_WORKSPACE_FILE", "")
