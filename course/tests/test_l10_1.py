@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from conftest import load_fixture
-from grader.cases import Case, check, first_difference, raises
+from grader.cases import Case, check, first_difference, is_raise, raises
 from tinyllm.kvpool import KvPool, PoolError
 from tinyllm.pcg32 import Pcg32
 from tinyllm.sampling import (SamplingParams, apply_penalties, argmax, distribution, log_softmax_at,
@@ -132,8 +132,17 @@ def exact_difference(want, got, path: str = "") -> str | None:
 
 
 def judge_exactly(got, want) -> str | None:
+    if is_raise(got):
+        return unexpected(got, "the draws")
     where = exact_difference(want, got)
     return None if where is None else f"they part at {where} (compared exactly: floats to the last bit)"
+
+
+def unexpected(got, shape: str) -> str:
+    """What is wrong with an answer that is not the shape a judge reads."""
+    if is_raise(got):
+        return f"it raised {got['raises']} where {shape} was expected"
+    return f"not {shape}"
 
 
 def judge_raises_naming(word: str):
@@ -211,7 +220,7 @@ def formula(a: int, b: int) -> float:
 def judge_floats(got, _want) -> str | None:
     """The answer holds a twin's u32s and the floats; each float must be the formula on its pair."""
     if not (isinstance(got, dict) and isinstance(got.get("f64"), list) and isinstance(got.get("twin u32"), list)):
-        return "not the floats and the twin's u32s"
+        return unexpected(got, "the floats and the twin's u32s")
     u32, floats = got["twin u32"], got["f64"]
     for i, f in enumerate(floats):
         a, b = u32[2 * i], u32[2 * i + 1]
@@ -468,7 +477,7 @@ WALK_RULE = ("card 2.3 (worked in section 3): walk returns the first id whose ru
 
 def judge_one_float_walk(got, want) -> str | None:
     if not (isinstance(got, dict) and "token" in got):
-        return "not a draw"
+        return unexpected(got, "a draw")
     if got["token"] != got.get("int(8 * u)"):
         return (f"sample gave {got['token']!r}; the u it should have drawn, stream's first next_f64, walks eight "
                 f"ids of 1/8 to {got.get('int(8 * u)')!r}")
@@ -512,7 +521,7 @@ def cases_logprob_is_log_softmax_of_penalized_logits():
 
     def judge(got, _want) -> str | None:
         if not (isinstance(got, list) and len(got) == 2):
-            return "not a (token, logprob) pair"
+            return unexpected(got, "a (token, logprob) pair")
         token, logprob = got
         if token not in (0, 1):
             return f"top_k 2 keeps ids 0 and 1; sample gave {token!r}"
@@ -541,7 +550,7 @@ def cases_stream_is_pcg32_stream_54():
 
     def same(got, _want) -> str | None:
         if not (isinstance(got, dict) and "stream(seed)" in got):
-            return "not two lists of draws"
+            return unexpected(got, "two lists of draws")
         where = first_difference(got["Pcg32(seed, 54)"], got["stream(seed)"])
         return None if where is None else f"stream(seed) parts from Pcg32(seed, 54) at draw {where}"
 
@@ -591,15 +600,15 @@ PROPERTY_RULE = ("card 2.2 and 2.3: distribution is float64 of length V, non-neg
 
 def judge_property(got, want) -> str | None:
     if not (isinstance(got, dict) and isinstance(got.get("distribution"), list)):
-        return "not a distribution and a draw"
+        return unexpected(got, "a distribution and a draw")
     d = got["distribution"]
-    if got["dtype"] != "float64" or len(d) != want["V"]:
-        return f"distribution is {got['dtype']} of length {len(d)}, not float64 of length {want['V']}"
+    if got["dtype"] != "float64" or len(d) != want["length"]:
+        return f"distribution is {got['dtype']} of length {len(d)}, not float64 of length {want['length']}"
     if min(d) < 0 or not math.isclose(sum(d), 1.0, rel_tol=0, abs_tol=1e-12):
         return f"distribution has a negative entry or sums to {sum(d)!r}, not 1"
     kept = sum(1 for v in d if v > 0)
-    if want["top_k"] and kept > want["top_k"]:
-        return f"distribution keeps {kept} ids with top_k = {want['top_k']}"
+    if kept > want["ids kept, at most"]:
+        return f"distribution keeps {kept} ids; top_k allows {want['ids kept, at most']}"
     if got["token"] != got["walk(d, u)"]:
         return (f"sample gave {got['token']!r}; walk(distribution, u) with u = stream(seed)'s first next_f64 "
                 f"gives {got['walk(d, u)']!r}")
@@ -628,7 +637,9 @@ def cases_sample_draws_from_its_distribution():
                 f"rng = stream({n}); token, logprob = sample(logits, prm, {prompt}, {output}, rng); "
                 f"{draws_text(n)}; {{'distribution': d.tolist(), 'dtype': str(d.dtype), 'token': token, "
                 f"'walk(d, u)': walk(d, stream({n}).next_f64()), 'logprob': logprob, 'u32 draws': draws}}")
-        cases.append(case(f"seeded case {n}", text, {"V": vocab, "top_k": fields["top_k"]}, PROPERTY_RULE,
+        want = {"length": vocab, "dtype": "float64", "sum": 1.0, "ids kept, at most": fields["top_k"] or vocab,
+                "token": "walk(distribution, u)", "u32 draws": 2}
+        cases.append(case(f"#{n}", text, want, PROPERTY_RULE,
                           judge=judge_property))
     return cases
 
@@ -644,14 +655,16 @@ GOLDEN_RULE = ("card 2.2 and 2.3, spec sampling.md: the reference's distribution
 
 def judge_golden(got, want) -> str | None:
     if not (isinstance(got, dict) and isinstance(got.get("distribution"), list)):
-        return "not a distribution and a draw"
+        return unexpected(got, "a distribution and a draw")
     if got["kept"] != want["kept"]:
         return f"which ids survive the filters: they part at {first_difference(want['kept'], got['kept'])}"
+    if len(got["distribution"]) != len(want["distribution"]):
+        return f"distribution has {len(got['distribution'])} entries for {len(want['distribution'])} logits"
     for i, (a, b) in enumerate(zip(want["distribution"], got["distribution"])):
         if not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15):
             return f"they part at distribution[{i}]: {a!r} and yours {b!r}"
     if got["token"] != want["token"]:
-        return f"they part at token: the distribution agrees, the draw does not"
+        return "they part at token: the distribution agrees, the draw does not"
     if not (isinstance(got["logprob"], float) and math.isclose(got["logprob"], want["logprob"], rel_tol=1e-9, abs_tol=1e-12)):
         return "they part at logprob"
     if got["next_u32"] != want["next_u32"]:
@@ -670,7 +683,7 @@ def cases_sampler_matches_golden():
                 "'logprob': logprob, 'next_u32': rng.next_u32()}")
         want = {"kept": [i for i, p in enumerate(c["distribution"]) if p > 0], "distribution": c["distribution"],
                 "token": c["token"], "logprob": c["logprob"], "next_u32": c["next_u32"]}
-        cases.append(case(f"recorded case {c['id']} ({c['kind']})", text, want, GOLDEN_RULE, judge=judge_golden))
+        cases.append(case(f"#{c['id']} {c['kind']}", text, want, GOLDEN_RULE, judge=judge_golden))
     return cases
 
 
@@ -886,6 +899,17 @@ def pool_steps(ops: list[tuple[str, int]]):
     return "all agree"
 
 
+def judge_steps(got, want) -> str | None:
+    """Name the step and the first count where the pool leaves its model."""
+    if got == want:
+        return None
+    if not isinstance(got, dict) or "step" not in got:
+        return unexpected(got, "'all agree' or a step")
+    if "pool" in got:
+        return f"after step {got['step']} ({got['last steps'][-1]}) they part at {first_difference(got['model'], got['pool'])}"
+    return f"at step {got['step']} ({got['last steps'][-1]}) " + (got.get("problem") or f"it raised {got['raised']}")
+
+
 def seeded_ops(seed: int) -> list[tuple[str, int]]:
     """600 (operation, pick) steps drawn from ``np.random.default_rng(seed)``, for ``pool_steps``."""
     gen = np.random.default_rng(seed)
@@ -899,7 +923,7 @@ def cases_kvpool_conserves_blocks():
                  "pool_steps(seeded_ops(11))   # both in course/tests/test_l10_1.py: KvPool(8, 4) beside a model "
                  "of its refcounts, checked after every step", lambda: pool_steps(ops), "all agree",
                  "card 2.4: after every allocate, retain and release, num_free is num_blocks minus the held blocks, "
-                 "each refcount is its number of owners, and no held block is handed out again")]
+                 "each refcount is its number of owners, and no held block is handed out again", judge=judge_steps)]
 
 
 def test_kvpool_conserves_blocks():
