@@ -8,21 +8,26 @@ Batch invariance. :meth:`TinyLlama.forward` scores many (table, position, id) ro
 row ``j`` is bitwise the row a forward of that token alone would give, whatever else is in the
 batch. Three choices make it so:
 
-- every matmul runs as gemms of exactly 16 rows (zero-padded). BLAS chooses its kernel, and so
-  the order in which it sums each output, from the shape of the whole call (OpenBLAS switches
-  kernels around a million multiply-adds); with the shape fixed, a row's result depends on that
-  row alone;
+- every matmul runs as gemms of exactly 16 rows (zero-padded), the row of position ``p`` always
+  at row ``p % 16`` of its gemm, its operands in 64-byte-aligned buffers. A BLAS chooses its
+  kernel, and so the order in which it sums each output, from the shape of the whole call
+  (OpenBLAS switches kernels around a million multiply-adds); a kernel may also sum the rows of
+  one call in different orders (OpenBLAS's Haswell sgemm, which it also runs on AMD Zen, sums
+  rows 0-5, 6-11 and 12-15 of a 16-row gemm three different ways). With the shape, the row's
+  place and the alignment fixed, the row is computed as in the forward of its token alone;
 - attention is computed per group of rows sharing a block table and a block count, over all the
   slots of those blocks with later positions masked out: a row's reductions run over the same
-  slots whoever shares its group;
+  slots whoever shares its group; in its score and mix gemms the ``h``-th of the ``group`` query
+  heads reading one K/V head sits at row ``(p * group + h) % 16``;
 - rotary angles come from a table built in fixed chunks of positions, never from the batch.
 
-``tests/test_model.py`` checks the claim bitwise. It rests on the BLAS treating every row of a
-fixed-shape gemm alike, which holds for OpenBLAS (numpy's wheels); a BLAS that did not would
-break it by a few float32 ulps.
+``tests/test_model.py`` checks the claim bitwise. It rests only on the BLAS computing one row of a
+gemm from that row's values, whatever the other rows hold, once shape, place and alignment are the
+same: no BLAS branches on the data.
 """
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -33,6 +38,7 @@ from .kvpool import KvPool
 
 _ROPE_CHUNK = 1024
 GEMM_ROWS = 16
+_ALIGN = 64  # bytes: a cache line, and the widest vector load
 
 
 @dataclass(frozen=True)
@@ -86,20 +92,49 @@ class LlamaConfig:
         return out
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` as gemms of exactly ``GEMM_ROWS`` rows of ``a`` each (the last one zero-padded).
+def gemm_rows(slots: Sequence[int]) -> np.ndarray:
+    """Where :func:`matmul` puts each row: row ``slots[j]`` of the first gemm whose slot is still free.
 
-    BLAS picks its kernel, and with it the order of each row's sums, from the whole matrix's
-    shape; with the shape fixed, a row's result depends on that row alone.
+    Rows asking for the same slot go to successive gemms, so a batch of consecutive positions
+    (slots ``p % GEMM_ROWS``) fills one gemm per ``GEMM_ROWS`` rows.
     """
-    rows = a.shape[-2]
-    padded = -(-rows // GEMM_ROWS) * GEMM_ROWS
-    if padded != rows:
-        pad = np.zeros(a.shape[:-2] + (padded - rows, a.shape[-1]), dtype=a.dtype)
-        a = np.concatenate([a, pad], axis=-2)
-    chunks = a.reshape(a.shape[:-2] + (padded // GEMM_ROWS, GEMM_ROWS, a.shape[-1]))
+    taken = [0] * GEMM_ROWS
+    rows = []
+    for slot in slots:
+        rows.append(taken[slot] * GEMM_ROWS + slot)
+        taken[slot] += 1
+    return np.array(rows, dtype=np.int64)
+
+
+def matmul(a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``a @ b`` as gemms of exactly ``GEMM_ROWS`` rows, row ``j`` of ``a`` at stacked row ``rows[j]``.
+
+    ``rows`` comes from :func:`gemm_rows`; the free rows are zeros. ``b`` must be a view of an
+    ``_ALIGN``-aligned buffer (:func:`aligned_copy`) laid out the same for every batch, as ``a``'s
+    padded copy is: a row at a given slot then meets the same kernel, summing in the same order,
+    whatever else is in the batch (see the module docstring).
+    """
+    gemms = int(rows.max()) // GEMM_ROWS + 1
+    padded = _aligned_zeros(a.shape[:-2] + (gemms * GEMM_ROWS, a.shape[-1]))
+    padded[..., rows, :] = a
+    chunks = padded.reshape(a.shape[:-2] + (gemms, GEMM_ROWS, a.shape[-1]))
     out = chunks @ b[..., None, :, :]
-    return out.reshape(out.shape[:-3] + (padded, b.shape[-1]))[..., :rows, :]
+    return out.reshape(out.shape[:-3] + (gemms * GEMM_ROWS, b.shape[-1])).take(rows, axis=-2)
+
+
+def _aligned_zeros(shape: tuple[int, ...]) -> np.ndarray:
+    """float32 zeros starting on an ``_ALIGN``-byte boundary: a BLAS may pick its path by alignment."""
+    size = math.prod(shape)
+    raw = np.zeros(size + _ALIGN // 4, dtype=np.float32)
+    start = -raw.ctypes.data % _ALIGN // 4
+    return raw[start:start + size].reshape(shape)
+
+
+def aligned_copy(x: np.ndarray) -> np.ndarray:
+    """A C-contiguous float32 copy of ``x`` starting on an ``_ALIGN``-byte boundary."""
+    out = _aligned_zeros(x.shape)
+    out[...] = x
+    return out
 
 
 def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -128,17 +163,19 @@ class TinyLlama:
             if w.shape != shape:
                 raise ValueError(f"weight {name} has shape {w.shape}, expected {shape}")
             self.weights[name] = w
-        # One gemm per projection group reads the weights once for all rows.
+        # One gemm per projection group reads the weights once for all rows; each is aligned once
+        # here, as matmul requires.
         self._layers = []
         for i in range(config.n_layers):
             w = {key.split(".", 2)[2]: self.weights[key] for key in expected if key.startswith(f"layers.{i}.")}
             self._layers.append({
-                "attn_norm": w["attn_norm"], "mlp_norm": w["mlp_norm"], "wo": w["wo"],
-                "wqkv": np.concatenate([w["wq"], w["wk"], w["wv"]], axis=1),
-                "w_gate_up": np.concatenate([w["w_gate"], w["w_up"]], axis=1),
-                "w_down": w["w_down"],
+                "attn_norm": w["attn_norm"], "mlp_norm": w["mlp_norm"],
+                "wqkv": aligned_copy(np.concatenate([w["wq"], w["wk"], w["wv"]], axis=1)),
+                "wo": aligned_copy(w["wo"]),
+                "w_gate_up": aligned_copy(np.concatenate([w["w_gate"], w["w_up"]], axis=1)),
+                "w_down": aligned_copy(w["w_down"]),
             })
-        self._head = np.ascontiguousarray(self.weights["tok_emb"].T if config.tied else self.weights["output"])
+        self._head = aligned_copy(self.weights["tok_emb"].T if config.tied else self.weights["output"])
         half = config.head_dim // 2
         self._inv_freq = config.rope_theta ** (-np.arange(half, dtype=np.float64) / half)
         self._cos = np.zeros((0, half), dtype=np.float32)
@@ -222,12 +259,16 @@ class TinyLlama:
         keep = np.ones(n, dtype=bool) if write is None else np.asarray(write, dtype=bool)
         cos, sin = self._rope_tables(int(pos.max()))
         cos, sin = cos[pos][:, None, :], sin[pos][:, None, :]
-        plan = [(np.array(rows), list(table), pos[rows]) for table, rows in groups.items()]
-
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
+        group = nh // nkv
+        at = gemm_rows((pos % GEMM_ROWS).tolist())
+        # In attention's gemms a row's query heads take slots p * group + h (mod GEMM_ROWS).
+        plan = [(np.array(rows), list(table), pos[rows],
+                 gemm_rows([(p * group + h) % GEMM_ROWS for p in pos[rows].tolist() for h in range(group)]))
+                for table, rows in groups.items()]
         x = self.weights["tok_emb"][ids_arr]
         for layer, w in enumerate(self._layers):
-            qkv = matmul(rmsnorm(x, w["attn_norm"], c.norm_eps), w["wqkv"])
+            qkv = matmul(rmsnorm(x, w["attn_norm"], c.norm_eps), w["wqkv"], at)
             q = _rotate(qkv[:, :nh * hd].reshape(n, nh, hd), cos, sin)
             k = _rotate(qkv[:, nh * hd:(nh + nkv) * hd].reshape(n, nkv, hd), cos, sin)
             v = qkv[:, (nh + nkv) * hd:].reshape(n, nkv, hd)
@@ -235,30 +276,34 @@ class TinyLlama:
             pool.v[layer, blocks[keep], slots[keep]] = v[keep]
             q = q * np.float32(hd ** -0.5)
             att = np.empty((n, nh * hd), dtype=np.float32)
-            for rows, table, row_pos in plan:
-                att[rows] = self._attend(pool, layer, q[rows], table, row_pos)
-            x = x + matmul(att, w["wo"])
-            gate_up = matmul(rmsnorm(x, w["mlp_norm"], c.norm_eps), w["w_gate_up"])
-            x = x + matmul(silu(gate_up[:, :c.hidden]) * gate_up[:, c.hidden:], w["w_down"])
-        return matmul(rmsnorm(x, self.weights["norm"], c.norm_eps), self._head)
+            for rows, table, row_pos, att_at in plan:
+                att[rows] = self._attend(pool, layer, q[rows], table, row_pos, att_at)
+            x = x + matmul(att, w["wo"], at)
+            gate_up = matmul(rmsnorm(x, w["mlp_norm"], c.norm_eps), w["w_gate_up"], at)
+            x = x + matmul(silu(gate_up[:, :c.hidden]) * gate_up[:, c.hidden:], w["w_down"], at)
+        return matmul(rmsnorm(x, self.weights["norm"], c.norm_eps), self._head, at)
 
     def _attend(self, pool: KvPool, layer: int, q: np.ndarray, table: list[int],
-                positions: np.ndarray) -> np.ndarray:
-        """Causal attention of ``g`` rows of one table over every slot of its first blocks."""
+                positions: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Causal attention of ``g`` rows of one table over every slot of its first blocks.
+
+        ``at`` places each (row, query head in group) in the score and mix gemms (:func:`gemm_rows`).
+        """
         c = self.config
         g, nkv, hd = q.shape[0], c.n_kv_heads, c.head_dim
         group = c.n_heads // nkv
         span = len(table) * pool.block_tokens
-        keys = pool.k[layer, table].reshape(span, nkv, hd).transpose(1, 2, 0)     # (nkv, hd, span)
-        values = pool.v[layer, table].reshape(span, nkv, hd).transpose(1, 0, 2)   # (nkv, span, hd)
+        k, v = aligned_copy(pool.k[layer, table]), aligned_copy(pool.v[layer, table])
+        keys = k.reshape(span, nkv, hd).transpose(1, 2, 0)     # (nkv, hd, span)
+        values = v.reshape(span, nkv, hd).transpose(1, 0, 2)   # (nkv, span, hd)
         # Query head h reads K/V head h // group; rows of one K/V head are (row, head in group).
         qh = q.reshape(g, nkv, group, hd).transpose(1, 0, 2, 3).reshape(nkv, g * group, hd)
-        scores = matmul(qh, keys)
+        scores = matmul(qh, keys, at)
         future = np.repeat(np.arange(span)[None, :] > positions[:, None], group, axis=0)
         scores = np.where(future, np.float32(-np.inf), scores)
         probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs /= probs.sum(axis=-1, keepdims=True)
-        out = matmul(probs, values)
+        out = matmul(probs, values, at)
         return out.reshape(nkv, g, group, hd).transpose(1, 0, 2, 3).reshape(g, nkv * group * hd)
 
 
