@@ -65,6 +65,8 @@ class Case:
             return self.judge(answer, self.expected)
         if is_raise(self.expected):
             return judge_raises(answer, self.expected)
+        if is_raise(answer):
+            return f"it raised {answer[RAISES]} instead of answering"
         where = first_difference(self.expected, answer)
         if where is None:
             return None
@@ -224,7 +226,8 @@ def brief(value: Any, limit: int = 16) -> str:
             return f"[{', '.join(items[:half])}, ..., {', '.join(items[-half:])}] ({len(items)} items)"
         return f"[{', '.join(items)}]"
     if isinstance(value, float):
-        return f"{value:.10g}"
+        text = f"{value:.10g}"
+        return text if any(c in text for c in ".eni") else text + ".0"
     return repr(value)
 
 

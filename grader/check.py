@@ -186,14 +186,13 @@ def _print_summary(module: Module, run: SuiteRun, keyword: str | None, seconds: 
 def _write_json(path: str, module_id: str, status: str, message: str | None, outcomes: list[TestOutcome],
                 diagnosis: Diagnosis | None) -> None:
     """Per-test results in the format grader/README.md documents (exercism test-runner v3 fields)."""
-    found = diagnosis.tests if diagnosis is not None else {}
     results = {
         "version": RESULTS_VERSION,
         "status": status,
         "message": message,
         "module": module_id,
         "tests": [{"name": o.name, "status": o.status, "message": o.message, "duration": o.duration,
-                   "diagnosis": found[o.name].as_json(diagnosis.module) if o.name in found else None}
+                   "diagnosis": diagnosis.as_json(o.name) if diagnosis is not None else None}
                   for o in outcomes],
     }
     try:

@@ -20,7 +20,19 @@ Instructor: ol mutants L10.8 (every named pitfall must be caught by its named te
 The workspace is the folder holding your tinyllm/ package: the current folder, or --workspace DIR,
 or the OL_WORKSPACE environment variable."""
 
-CHECK_EPILOG = """exit codes: 0 every test passed, 1 a test failed or timed out, 2 usage (unknown module,
+CHECK_EPILOG = """A failing test names its first failing case: the call that reproduces it, the expected answer,
+yours, where they part, and the card's rule.
+
+Hints: when tests fail on an assertion, ol runs those tests' cases on your code, on the reference
+and on every named pitfall (each pitfall is a known mistake, kept as a patch on the reference). A
+hint names a pitfall only when its answers equal yours on every case where yours part from the
+reference's (for the statistical test: counts a chi-square test cannot tell apart), so it holds
+with -k and for a single test. Several pitfalls that all coincide are listed, the one that also
+passes the most other cases first. When none coincides, ol says it is not a named pitfall and shows
+the first differing case. The reference's and pitfalls' answers are computed once and cached
+(OL_CACHE_DIR, default ~/.cache/tinyllm-course/answers).
+
+exit codes: 0 every test passed, 1 a test failed or timed out, 2 usage (unknown module,
 module not started, a needed module not passing without --ref-deps), 3 the grader could not run
 (a fixture that does not match its catalog entry)."""
 
@@ -55,10 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("-v", "--verbose", action="store_true", help="also print pytest's full report of each failure")
 
     diff = verbs.add_parser("diff", parents=[where], help="the first cases where your answers differ from the reference's",
-                            description="For the module's differential tests, show the first few cases where your code and the reference disagree.")
+                            description="For each graded test (or those -k selects), show the first cases where your answers and the "
+                                        "reference's part: the call that reproduces the case, both answers, and where they part. "
+                                        "A function you have not written yet is one line.")
     diff.add_argument("module", help="a module id, e.g. L10.8")
     diff.add_argument("--ref-deps", action="store_true", help="take the modules this one needs from the reference")
     diff.add_argument("--cases", type=int, default=3, metavar="N", help="differing cases to show per test (default 3)")
+    diff.add_argument("-k", dest="keyword", metavar="EXPR", help="only the tests whose names match EXPR (pytest's -k)")
 
     lab = verbs.add_parser("lab", parents=[where], help="open the chapter notebooks in JupyterLab, running your workspace",
                            description="Start JupyterLab on the course's notebooks/ with OL_WORKSPACE set to your workspace "
@@ -92,7 +107,7 @@ def dispatch(args: argparse.Namespace) -> int:
                      args.verbose)
     if args.verb == "diff":
         from grader.diff import diff
-        return diff(args.module, args.workspace, args.ref_deps, args.cases)
+        return diff(args.module, args.workspace, args.ref_deps, args.cases, args.keyword)
     if args.verb == "lab":
         from grader.lab import lab
         return lab(args.workspace, args.jupyter_args, args.dry_run)

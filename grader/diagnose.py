@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.cases import alike, brief
+from grader.cases import alike, brief, clip
 from grader.case_worker import STUB
 from grader.catalog import Catalog, Module, Pitfall
 from grader.mutants import apply_patch
@@ -50,6 +50,7 @@ class TestDiagnosis:
     cases: int = 0
     differing: int = 0
     pitfalls: list[str] = field(default_factory=list)      # coinciding pitfall ids, most specific first
+    silent: list[str] = field(default_factory=list)        # pitfalls that answer as the reference does here
     first: CaseView | None = None                           # the first case where the learner parts
     note: str | None = None                                 # why there is no comparison, if there is none
 
@@ -57,22 +58,20 @@ class TestDiagnosis:
     def diagnosable(self) -> bool:
         return self.note is None and self.differing > 0
 
-    def summary(self, module: Module) -> str:
+    def summary(self, module: Module, named: list[str]) -> str:
+        """This test's diagnosis in a sentence, naming only the pitfalls in ``named``."""
         if self.note:
             return self.note
         if not self.differing:
             return ("your answers equal the reference's on every case of this test; "
                     "the failure message says what else it checks")
         where = f"{self.differing} of {self.cases} cases" if self.cases > 1 else "its one case"
-        if not self.pitfalls:
+        pitfalls = [p for p in self.pitfalls if p in named]
+        if not pitfalls:
             return (f"your answers part from the reference's on {where}, and no named pitfall gives "
                     f"your answers: not one of {_ids(module)}")
-        named = "; ".join(_title(module, p) for p in self.pitfalls)
-        return f"on {where} where your answers part from the reference's, they coincide with {named}"
-
-    def as_json(self, module: Module) -> dict:
-        return {"summary": self.summary(module), "pitfalls": self.pitfalls, "differing_cases": self.differing,
-                "cases": self.cases}
+        return (f"on {where} where your answers part from the reference's, they coincide with "
+                + "; ".join(_title(module, p) for p in pitfalls))
 
 
 @dataclass
@@ -80,37 +79,46 @@ class Diagnosis:
     module: Module
     tests: dict[str, TestDiagnosis]
 
-    def ranked(self) -> list[tuple[Pitfall, list[str], list[str]]]:
-        """Pitfalls that coincide on some failing test: (pitfall, tests where it does, tests where it doesn't).
+    def ranked(self) -> list[tuple[Pitfall, list[str]]]:
+        """Pitfalls that coincide with the learner on some failing test and contradict none.
 
-        Pitfalls that explain every diagnosable failing test come first; then those explaining
-        more tests; ties keep the order each test ranked them in (most specific first).
+        A pitfall contradicts a test when it answers differently from the learner there and also
+        differently from the reference (a second, independent mistake explains a test where the
+        pitfall answers as the reference does). Those explaining more tests come first; ties keep
+        the order each test ranked them in (the one that also passes the most other cases first).
         """
         tests = [d for d in self.tests.values() if d.diagnosable]
         found = []
         for pitfall in self.module.pitfalls:
             agree = [d.test for d in tests if pitfall.id in d.pitfalls]
-            if agree:
-                disagree = [d.test for d in tests if pitfall.id not in d.pitfalls]
+            contradict = [d.test for d in tests if pitfall.id not in d.pitfalls and pitfall.id not in d.silent]
+            if agree and not contradict:
                 rank = sum(d.pitfalls.index(pitfall.id) for d in tests if pitfall.id in d.pitfalls)
-                found.append((len(disagree), -len(agree), rank, pitfall, agree, disagree))
-        found.sort(key=lambda f: f[:3])
-        return [(pitfall, agree, disagree) for *_, pitfall, agree, disagree in found]
+                found.append((-len(agree), rank, pitfall, agree))
+        found.sort(key=lambda f: f[:2])
+        return [(pitfall, agree) for *_, pitfall, agree in found]
+
+    def as_json(self, test: str) -> dict | None:
+        """The ``diagnosis`` field of one test in ``ol check --json``."""
+        d = self.tests.get(test)
+        if d is None:
+            return None
+        named = [p.id for p, _ in self.ranked()]
+        return {"summary": d.summary(self.module, named), "pitfalls": [p for p in d.pitfalls if p in named],
+                "differing_cases": d.differing, "cases": d.cases}
 
     def hint_lines(self) -> list[str]:
         ranked = self.ranked()
-        lines = []
-        for pitfall, agree, disagree in ranked:
-            also = f"; not the failures of {', '.join(disagree)}" if disagree else ""
-            lines.append(f"Hint: pitfall {pitfall.id}, \"{pitfall.title}\": your answers coincide with it on "
-                         f"every case where they part from the reference's in {', '.join(agree)}{also}. "
-                         f"Symptom: {pitfall.symptom}.")
-        unexplained = [d for d in self.tests.values() if d.diagnosable and not d.pitfalls]
-        for d in unexplained:
-            lines.append(f"Not a named pitfall: in {d.test} no pitfall of {_ids(self.module)} gives your answers. "
-                         f"First differing case {d.first.label!r}:")
-            lines += [f"    call:      {d.first.call}", f"    reference: {d.first.reference}",
-                      f"    yours:     {d.first.yours}"]
+        lines = [f"Hint: pitfall {pitfall.id}, \"{pitfall.title}\": your answers coincide with it on every case "
+                 f"where they part from the reference's in {', '.join(agree)}. Symptom: {pitfall.symptom}."
+                 for pitfall, agree in ranked]
+        explained = {test for _, agree in ranked for test in agree}
+        for d in self.tests.values():
+            if d.diagnosable and d.test not in explained:
+                lines.append(f"Not a named pitfall: in {d.test} no pitfall of {_ids(self.module)} gives your answers. "
+                             f"First differing case {d.first.label!r}:")
+                lines += [f"    call:      {clip(d.first.call)}", f"    reference: {d.first.reference}",
+                          f"    yours:     {d.first.yours}"]
         return lines
 
 
@@ -123,8 +131,8 @@ def diagnose(catalog: Catalog, module: Module, impl: Path, tests: list[str], tim
     """Compare the learner's answers on ``tests`` with the reference's and every pitfall's."""
     if not tests or not has_cases(module):
         return None
-    learner = _run_worker(module, impl, tests, timeout * len(tests) + WORKER_STARTUP)
-    store = _Store(catalog, module)
+    learner = run_worker(module, impl, tests, timeout * len(tests) + WORKER_STARTUP)
+    store = AnswerStore(catalog, module)
     packages: list[Pitfall | None] = [None, *module.pitfalls]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         found = dict(zip([p.id if p else None for p in packages],
@@ -167,7 +175,9 @@ def _compare(module: Module, test: str, learner: dict | None, reference: dict | 
         if answers is None or "cases" not in answers or len(answers["cases"]) != len(ref):
             continue
         theirs = answers["cases"]
-        if all(alike(mine[j]["answer"], theirs[j]["answer"], ref[j]["compare"]) for j in differing):
+        if all(alike(theirs[j]["answer"], ref[j]["answer"], ref[j]["compare"]) for j in differing):
+            result.silent.append(pid)
+        elif all(alike(mine[j]["answer"], theirs[j]["answer"], ref[j]["compare"]) for j in differing):
             extra = sum(1 for j in range(len(ref)) if j not in differing
                         and not alike(theirs[j]["answer"], ref[j]["answer"], ref[j]["compare"]))
             scored.append((extra, pid))
@@ -191,7 +201,7 @@ def _ids(module: Module) -> str:
     return f"{ids[0]}-{ids[-1]}" if len(ids) > 2 else ", ".join(ids)
 
 
-class _Store:
+class AnswerStore:
     """The reference's and each mutant's answers per test, on disk, computed when missing."""
 
     def __init__(self, catalog: Catalog, module: Module) -> None:
@@ -217,7 +227,7 @@ class _Store:
         package = self._package(patch, key)
         if package is None:
             return found
-        computed = _run_worker(self.module, package, missing, timeout * len(missing) + WORKER_STARTUP)
+        computed = run_worker(self.module, package, missing, timeout * len(missing) + WORKER_STARTUP)
         folder.mkdir(parents=True, exist_ok=True)
         for test, value in computed.items():
             _write_atomic(folder / f"{test}.json", json.dumps(value))
@@ -254,7 +264,7 @@ def _ensure(path: Path) -> Path:
     return path
 
 
-def _run_worker(module: Module, impl: Path, tests: list[str], limit: float) -> dict:
+def run_worker(module: Module, impl: Path, tests: list[str], limit: float) -> dict:
     """The case worker over ``impl`` in its own process group; {} if it hangs, crashes or writes nothing."""
     with tempfile.TemporaryDirectory(prefix="ol-cases-") as tmp:
         out = Path(tmp) / "answers.json"

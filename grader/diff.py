@@ -1,33 +1,28 @@
-"""``ol diff``: for each differential test, the first cases where the learner's answers and the reference's part.
+"""``ol diff``: the first cases where the learner's answers part from the reference's, test by test.
 
-Both answers are computed in separate processes (the learner's package could hang or exit), by
-the module's case view in :mod:`grader.diff_adapters`.
+The cases are the graded tests' own (``grader.cases``): the same inputs, the same answers. The
+learner's answers are computed in a process of their own (the code could hang or exit); the
+reference's come from the answer cache :mod:`grader.diagnose` keeps.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import signal
-import subprocess
-import sys
+import re
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from grader import assemble
+from grader.case_worker import STUB
+from grader.cases import alike, brief, first_difference, is_raise
 from grader.catalog import Module, check_fixtures, load_catalog
-from grader.diff_adapters import Case, differs_for, short
-from grader.errors import GraderError, UsageError
+from grader.diagnose import WORKER_STARTUP, AnswerStore, has_cases, run_worker
+from grader.errors import UsageError
 from grader.workspace import resolve_workspace
 
-FLOAT_TOLERANCE = 1e-9
-WORKER_LIMIT = 120.0
 
-
-def diff(module_id: str, workspace: str | None = None, ref_deps: bool = False, shown: int = 3) -> int:
-    """Print the first ``shown`` differing cases per differential test; 0 when nothing differs."""
+def diff(module_id: str, workspace: str | None = None, ref_deps: bool = False, shown: int = 3,
+         keyword: str | None = None) -> int:
+    """Print the first ``shown`` differing cases of each selected test; 0 when nothing differs."""
     if shown < 1:
         raise UsageError(f"--cases must be at least 1, got {shown}")
     catalog = load_catalog()
@@ -41,96 +36,77 @@ def diff(module_id: str, workspace: str | None = None, ref_deps: bool = False, s
         if absent:
             raise UsageError(f"{module.id} needs {', '.join(absent)}, not in your workspace; run: ol diff {module.id} --ref-deps")
     check_fixtures(module)
-    differs = differs_for(module.id)
-    tests = [t.name for t in module.tests if t.kind == "differential"]
-    if not tests:
-        print(f"{module.id} has no differential tests.")
+    if not has_cases(module):
+        print(f"{module.id}'s tests have no cases to compare; ol check's messages are the detail.")
         return 0
-    any_differ = False
+    tests = selected(module, keyword)
+    if not tests:
+        raise UsageError(f"no test of {module.id} matches -k {keyword!r}; see: ol tests {module.id}")
     with tempfile.TemporaryDirectory(prefix="ol-diff-") as tmp:
-        impl = assemble.build(assemble.plan(catalog, module, ws, ref_deps), Path(tmp) / "yours")
-        for name in tests:
-            if name not in differs:
-                print(f"{name}: no case view for this test; its failure message in ol check is the detail.\n")
-                continue
-            reference = _answers(module, name, catalog.reference, Path(tmp) / "reference.json")
-            yours = _answers(module, name, impl, Path(tmp) / "yours.json")
-            cases = differs[name].cases(module.root)
-            any_differ = _show(name, cases, reference, yours, shown) or any_differ
-    return 1 if any_differ else 0
+        impl = assemble.build(assemble.plan(catalog, module, ws, ref_deps), Path(tmp))
+        yours = run_worker(module, impl, tests, module.timeout * len(tests) + WORKER_STARTUP)
+    reference = AnswerStore(catalog, module).answers(None, tests, module.timeout)
+    differ = [_show(test, reference.get(test), yours.get(test), shown) for test in tests]
+    return 1 if any(differ) else 0
 
 
-def first_difference(ref: Any, got: Any, path: str = "") -> str | None:
-    """Where ``got`` first parts from ``ref`` ("tokens[2]", "" for the whole value), or None."""
-    if isinstance(ref, dict) and isinstance(got, dict):
-        for key in ref:
-            where = first_difference(ref[key], got.get(key), f"{path}.{key}" if path else key)
-            if where is not None:
-                return where
-        return None
-    if isinstance(ref, list) and isinstance(got, list):
-        for i, (a, b) in enumerate(zip(ref, got)):
-            where = first_difference(a, b, f"{path}[{i}]")
-            if where is not None:
-                return where
-        return None if len(ref) == len(got) else f"{path}[{min(len(ref), len(got))}] (lengths {len(ref)} and {len(got)})"
-    if isinstance(ref, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
-        return None if math.isclose(ref, got, rel_tol=0, abs_tol=FLOAT_TOLERANCE) else path
-    return None if ref == got and type(ref) is type(got) else path
+def selected(module: Module, keyword: str | None) -> list[str]:
+    """The module's tests whose names match a ``-k`` expression as pytest reads one (all without one).
+
+    Words match as case-insensitive substrings of the name, joined by ``and``, ``or``, ``not`` and
+    parentheses.
+    """
+    if not keyword:
+        return module.test_names
+    tokens = re.findall(r"\(|\)|[^\s()]+", keyword)
+    names = []
+    for name in module.test_names:
+        words = [t if t in ("and", "or", "not", "(", ")") else str(t.lower() in name.lower()) for t in tokens]
+        try:
+            matched = eval(" ".join(words), {"__builtins__": {}}, {})  # only True, False, and/or/not, ( )
+        except SyntaxError as err:
+            raise UsageError(f"-k {keyword!r} is not an expression of words with and, or, not and ( )") from err
+        if matched:
+            names.append(name)
+    return names
 
 
-def _show(name: str, cases: list[Case], reference: list[dict], yours: list[dict], shown: int) -> bool:
-    differing = []
-    for case, ref, got in zip(cases, reference, yours):
-        if "error" in ref:
-            raise GraderError(f"the reference fails {name} case {case.label}: {ref['error']}")
-        if "error" in got:
-            differing.append((case, ref["answer"], f"raises {got['error']}", ""))
-            continue
-        where = first_difference(ref["answer"], got["answer"])
-        if where is not None:
-            differing.append((case, ref["answer"], got["answer"], where))
+def _show(test: str, reference: dict | None, yours: dict | None, shown: int) -> bool:
+    """Print one test's differing cases; True when there are any."""
+    if yours is None:
+        print(f"{test}: your code did not finish computing its cases (it hung or exited); ol check says more.\n")
+        return True
+    if "cases" not in yours:
+        error = yours.get("error", "no answers")
+        print(f"{test}: {error.removeprefix(STUB + ': ')}\n")
+        return True
+    if reference is None or "cases" not in reference:
+        print(f"{test}: the reference's answers could not be computed ({(reference or {}).get('error', 'no answer')})\n")
+        return True
+    stubs = [c["answer"][STUB] for c in yours["cases"] if isinstance(c["answer"], dict) and STUB in c["answer"]]
+    pairs = list(zip(reference["cases"], yours["cases"]))
+    differing = [(r, y) for r, y in pairs if not (isinstance(y["answer"], dict) and STUB in y["answer"])
+                 and not alike(r["answer"], y["answer"], r["compare"])]
     if not differing:
-        print(f"{name}: all {len(cases)} cases agree with the reference.\n")
+        if stubs:
+            print(f"{test}: {stubs[0]}\n")
+            return True
+        print(f"{test}: all {len(pairs)} cases agree with the reference.\n")
         return False
-    print(f"{name}: {len(differing)} of {len(cases)} cases differ; the first {min(shown, len(differing))}:")
-    for case, ref, got, where in differing[:shown]:
-        print(f"  case {case.label}")
-        print(f"    inputs:    {case.inputs}")
-        print(f"    reference: {_brief(ref)}")
-        print(f"    yours:     {got if isinstance(got, str) else _brief(got)}")
+    print(f"{test}: {len(differing)} of {len(pairs)} cases differ; the first {min(shown, len(differing))}:")
+    for ref, mine in differing[:shown]:
+        print(f"  case {ref['label']}")
+        print(f"    call:      {ref['call']}")
+        print(f"    reference: {_answer(ref['answer'])}")
+        print(f"    yours:     {_answer(mine['answer'])}")
+        where = None if ref["compare"] != "exact" or is_raise(mine["answer"]) else first_difference(ref["answer"], mine["answer"])
         if where:
             print(f"    they part at {where}")
     print()
     return True
 
 
-def _brief(value: Any) -> str:
-    """An answer in one readable line: long lists keep their two ends."""
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_brief(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return short([_brief(v) for v in value])
-    return repr(value)
-
-
-def _answers(module: Module, test: str, impl: Path, out: Path) -> list[dict]:
-    """Run the case view over ``impl`` in its own process; a hang or crash is a usage-level message."""
-    out.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    command = [sys.executable, "-m", "grader.diff_worker", module.id, test, str(impl), str(module.suite.parent),
-               str(module.root), str(out)]
-    child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _, err = child.communicate(timeout=WORKER_LIMIT)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-        raise UsageError(f"computing {test}'s answers took longer than {WORKER_LIMIT:g} s; "
-                         f"run ol check {module.id} to see which test hangs")
-    if child.returncode != 0 or not out.is_file():
-        last = (err or "").strip().splitlines()
-        raise UsageError(f"computing {test}'s answers stopped (status {child.returncode}): "
-                         f"{last[-1] if last else 'no message'}")
-    return json.loads(out.read_text())
+def _answer(answer) -> str:
+    if is_raise(answer):
+        return f"raises {answer['raises']}: {answer.get('message', '')}"
+    return brief(answer, limit=24)

@@ -83,8 +83,12 @@ def lab_command(ws: Workspace, extra: list[str], root: Path | None = None) -> tu
     env[WORKSPACE_ENV] = str(ws.root.resolve())
     # course.py is importable from a copy of a notebook too, wherever it is opened.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(notebooks), env.get("PYTHONPATH", "")]))
-    command = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={notebooks}",
-               f"--LabApp.app_settings_dir={settings}", *extra]
+    ours = {"--ServerApp.root_dir": str(notebooks), "--LabApp.app_settings_dir": str(settings)}
+    # An option given after -- replaces ol's (JupyterLab refuses one given twice).
+    given = {arg.split("=", 1)[0] for arg in extra} | ({"--ServerApp.root_dir"} if "--notebook-dir" in
+                                                      {arg.split("=", 1)[0] for arg in extra} else set())
+    command = [sys.executable, "-m", "jupyter", "lab",
+               *[f"{option}={value}" for option, value in ours.items() if option not in given], *extra]
     return command, env
 
 

@@ -264,6 +264,8 @@ def cases_hand_example_sampled_step():
              rule="card 2.2: the first id whose running sum exceeds u"),
         call("the walk at 0.0", sample_dense, r, 0.0, expected=1,
              rule="card 2.2: the first id whose running sum exceeds u (ids with no mass are skipped)"),
+        call("p == q: the residual has no mass, so it is p", residual, np.array([0.5, 0.5]), np.array([0.5, 0.5]),
+             expected=[0.5, 0.5], rule="card 2.2: when max(0, p - q) sums to exactly 0, the residual is p / sum(p)"),
         call("p(x) > q(x): always kept", speculative_step, p, q, 1, 0.999, 0.0, expected=[1, True], rule=step_rule),
         call("q(x) = 0 could not have proposed x", speculative_step, p, np.array([0.0, 0.5, 0.5]), 0, 0.1, 0.1,
              expected=raises("SpecError"), rule=step_rule),
@@ -761,6 +763,16 @@ def cases_generate_stream_hands_over_each_token_and_stops_when_told():
         return {"tokens": [int(t) for t in g.tokens], "logprobs": len(g.logprobs), "heard": heard,
                 "target_calls": target.calls, "cached": target.cached()}
 
+    def heard_eos():
+        heard = []
+        g = generate_stream(CycleTarget(CYCLE), SpecConfig(Draft.PROMPT_LOOKUP, 4), CYCLE_PROMPT, GREEDY, 3, 20, [4],
+                            lambda t, lp: heard.append(int(t)) is None)
+        return {"tokens": [int(t) for t in g.tokens], "heard": heard}
+
+    cases.append(Case("the listener hears the EOS token too",
+                      "heard = []; generate_stream(CycleTarget(CYCLE), SpecConfig(Draft.PROMPT_LOOKUP, 4), "
+                      f"{CYCLE_PROMPT}, SamplingParams(), 3, 20, [4], lambda t, lp: heard.append(t) is None)",
+                      heard_eos, {"tokens": [2, 3, 4], "heard": [2, 3, 4]}, rule))
     cases.append(Case("a listener that says stop at the third token, inside the first round",
                       "heard = []; target = CycleTarget(CYCLE); generate_stream(target, SpecConfig(Draft.PROMPT_LOOKUP, "
                       f"4), {CYCLE_PROMPT}, SamplingParams(), 0, 20, [], lambda t, lp: heard.append(t) or "
