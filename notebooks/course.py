@@ -563,6 +563,15 @@ def refresh() -> bool:
     return True
 
 
+def code_version() -> tuple[str, str]:
+    """Which code runs now: ("learner", the sha256 of the spec.py in use) or ("reference", "").
+    A panel that caches results across redraws keys its cache on this, so an edit is not hidden
+    behind results computed with the old code (or with the reference, before you wrote yours)."""
+    refresh()
+    session, running = _session, current()
+    return (running.source, session.digest if session is not None and running.learner else "")
+
+
 def _pre_run_cell(*_args) -> None:
     session = _session
     if session is None:
@@ -700,7 +709,7 @@ def chip(text, kind: str = "plain", title: str | None = None) -> str:
     strike = "text-decoration:line-through;" if kind == "rejected" else ""
     hover = f' title="{html.escape(title, quote=True)}"' if title else ""
     return (f'<span class="course-chip course-chip-{kind}"{hover} style="display:inline-block;'
-            f"min-width:1.6em;margin:2px;padding:1px 4px;text-align:center;font-family:monospace;"
+            f"min-width:1.6em;margin:2px;padding:1px 4px;text-align:center;font-family:monospace;white-space:pre;"
             f'border-radius:3px;background:{background};color:{colour};border:{border};{strike}">'
             f"{html.escape(str(text))}</span>")
 
@@ -989,6 +998,7 @@ def read_report(result_file: Path, tests: Sequence[str],
     return CheckReport(status, results, note=note, checked=checked)
 
 
+_LEFT = ' style="text-align:left;vertical-align:top"'
 _STATUS = {PASS: ("✔ pass", "pass"), FAIL: ("✘ fail", "fail"), ERROR: ("✘ error", "fail"),
            NOT_RUN: ("· not run", "note")}
 
@@ -998,8 +1008,9 @@ def report_html(report: CheckReport) -> str:
     for t in report.tests:
         label, kind = _STATUS.get(t.status, (t.status, "note"))
         took = f"{t.duration:.2f} s" if isinstance(t.duration, (int, float)) else ""
-        rows.append(f'<tr class="course-check-row"><td><code>{html.escape(t.name)}</code></td>'
-                    f"<td>{chip(label, kind)}</td><td>{html.escape(t.headline[:240])}</td><td>{took}</td></tr>")
+        rows.append(f'<tr class="course-check-row"><td{_LEFT}><code>{html.escape(t.name)}</code></td>'
+                    f"<td{_LEFT}>{chip(label, kind)}</td><td{_LEFT}>{html.escape(t.headline[:240])}</td>"
+                    f'<td style="white-space:nowrap">{took}</td></tr>')
         more = ""
         if t.details:
             more += (f"<details><summary>the failing case</summary>"
@@ -1011,14 +1022,14 @@ def report_html(report: CheckReport) -> str:
                      + (f" (pitfall {html.escape(pitfalls)}; <code>ol tests {MODULE}</code> lists it)"
                         if pitfalls else "") + "</div>")
         if more:
-            rows.append(f'<tr class="course-check-more"><td></td><td colspan="3">{more}</td></tr>')
+            rows.append(f'<tr class="course-check-more"><td></td><td colspan="3"{_LEFT}>{more}</td></tr>')
     head = f"<b>ol check {MODULE}</b>: {report.passed} of {len(report.tests)} tests passed"
     if report.checked:
         head += f" (checked: {html.escape(report.checked)})"
     note = f"<div>{report.note}</div>" if report.note else ""
     return (f'<div class="course-check" style="color:var(--jp-ui-font-color1,inherit)">{head}{note}'
             '<table class="course-check-table">'
-            "<tr><th>test</th><th>status</th><th>message</th><th>time</th></tr>"
+            f"<tr><th{_LEFT}>test</th><th{_LEFT}>status</th><th{_LEFT}>message</th><th>time</th></tr>"
             + "".join(rows) + "</table></div>")
 
 

@@ -492,3 +492,14 @@ def test_boxes_take_their_colours_from_the_theme(tmp_path, monkeypatch):
     banner = course.banner_html(tl.running)
     assert "background:var(--jp-layout-color2" in banner and "color:var(--jp-ui-font-color0" in banner
     assert "ol lab --workspace" in banner
+
+
+def test_code_version_changes_with_an_edit(tmp_path, monkeypatch):
+    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
+    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    course.use()
+    before = course.code_version()
+    assert before[0] == "learner"
+    write_function(ws / "tinyllm" / "spec.py", "prompt_lookup", reference_function("prompt_lookup"))
+    assert course.code_version() != before
+    assert course.use(reference=True) and course.code_version() == ("reference", "")

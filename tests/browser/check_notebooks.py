@@ -1,14 +1,24 @@
-"""Run every chapter notebook in a real JupyterLab, headless, and check that its widgets work.
+"""Walk the learner's loop through the chapter notebooks in a real JupyterLab, headless.
 
-For each notebook: open it in JupyterLab (served on 127.0.0.1 with a token), run all cells, check
-that the banner, sliders, figures, tables and the ol check table rendered and that no widget failed
-to display, move the notebook's primary control and wait for its figure to change, then save a
-screenshot. The notebooks run against the reference (``OL_WORKSPACE`` points at an empty folder)
-on copies, so the repository's files are never modified.
+As a learner would: ``ol start L10.8 --workspace <scratch>/work``, then JupyterLab started by
+``ol lab --workspace <scratch>/work`` (the check sets no ``OL_WORKSPACE`` of its own), serving
+copies of the notebooks so the repository's files are never modified. Then:
 
-This script installs nothing. It needs the ``playwright`` Python package (``pip install
-playwright``; never ``playwright install``) and Debian's ``chromium`` (``apt-get install -y
-chromium``). Exit code 0 when every notebook passed, 1 when any failed, 2 when it could not run.
+1. Every chapter runs on the stubs: the banner names the workspace's ``spec.py``, panels draw with
+   the reference and say so, sliders, figures, tables and the check table render, no widget fails
+   to display, and the primary slider redraws its figure.
+2. Chapter 1: a real ``prompt_lookup`` is written into ``spec.py``; rerunning only the cell that
+   said it was not written yet shows the card's values; its token strip then draws with the
+   learner's ``prompt_lookup`` beside the reference's ``ngram_draft``.
+3. Chapter 4 with only ``blocks_for`` and ``rollback`` written: its check passes.
+4. Chapters 1 and 5, saved, kernel shut down, reopened: no "Error displaying widget", the widgets
+   show from the saved state. Then in the JupyterLab Dark theme, the banner, strips, chips, labels
+   and check table have WCAG contrast >= 4.5 between text and background.
+
+Screenshots of each step go to ``--out`` (``NN_name.png``, ``…-reopened-dark.png``,
+``…-failed.png`` on a failure). This script installs nothing: it needs the ``playwright`` Python
+package (never ``playwright install``) and Debian's ``chromium``. Exit code 0 when every step passed,
+1 when any failed, 2 when it could not run.
 
     python tests/browser/check_notebooks.py [--out build/screenshots] [NOTEBOOK ...]
 """
@@ -16,6 +26,7 @@ chromium``). Exit code 0 when every notebook passed, 1 when any failed, 2 when i
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import secrets
@@ -32,12 +43,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
+REFERENCE_SPEC = ROOT / "solutions" / "tinyllm" / "spec.py"
+MODULE = "L10.8"
 CHROMIUM_PATHS = ("/usr/lib/chromium/chromium", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
 IDLE = '.jp-StatusBar-TextItem:has-text("| Idle")'
 STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
 PANEL_OF_PRIMARY = ".widget-vbox:has(> .widget-hbox .course-primary)"
+PANEL = ".widget-vbox:has(> .course-panel-status)"
+WIDGET_ERROR = "Error displaying widget"
+# What must read in the dark theme: the course's own boxes, chips and strips.
+READABLE = (".course-banner, .course-strip, .course-chip, .course-label, .course-check, "
+            ".course-missing, .course-raised, .course-expect")
+MIN_CONTRAST = 4.5
+# Chapters whose strips (course.strip) must exist and read in the dark theme.
+STRIP_CHAPTERS = ("01_drafts.ipynb", "05_the_loop.ipynb")
+FIRST_CHAPTER, ROLLBACK_CHAPTER = "01_drafts.ipynb", "04_kv_rollback.ipynb"
+ROLLBACK_TESTS = 2  # chapter 4's check: rollback_hand_example, rollback_drops_one_reference_only
 
 
 class CannotRun(Exception):
@@ -46,7 +69,7 @@ class CannotRun(Exception):
 
 @dataclass
 class Outcome:
-    notebook: str
+    step: str
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
     found: str = ""
@@ -68,15 +91,56 @@ def free_port() -> int:
 
 
 def write_settings(folder: Path) -> None:
-    """User settings that keep toasts off the page: no news, no update checks."""
-    plugin = folder / "@jupyterlab" / "apputils-extension"
-    plugin.mkdir(parents=True)
-    (plugin / "notification.jupyterlab-settings").write_text(
-        json.dumps({"checkForUpdates": False, "fetchNews": "false"}))
+    """User settings for the check: no news or update toasts over the page, and every cell rendered
+    (JupyterLab otherwise renders only cells scrolled into view)."""
+    settings = {
+        ("@jupyterlab", "apputils-extension", "notification"): {"checkForUpdates": False, "fetchNews": "false"},
+        ("@jupyterlab", "notebook-extension", "tracker"): {"windowingMode": "none"},
+    }
+    for (scope, plugin, name), values in settings.items():
+        (folder / scope / plugin).mkdir(parents=True, exist_ok=True)
+        (folder / scope / plugin / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
+
+
+def ol_command() -> list[str]:
+    script = shutil.which("ol")
+    return [script] if script else [sys.executable, "-m", "grader"]
+
+
+def learner_env(scratch: Path) -> dict[str, str]:
+    """The environment of a learner's shell: no OL_WORKSPACE; ol remembers into the scratch folder
+    (not the developer's clone)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OL_WORKSPACE", "OL_IMPL")}
+    env["OL_LAST_WORKSPACE_FILE"] = str(scratch / "remembered-workspace")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    env["JUPYTER_PLATFORM_DIRS"] = "1"
+    return env
+
+
+def start_module(scratch: Path) -> Path:
+    """``ol start L10.8 --workspace work`` typed in the scratch folder; the workspace's spec.py."""
+    done = subprocess.run([*ol_command(), "start", MODULE, "--workspace", "work"], cwd=scratch,
+                          env=learner_env(scratch), capture_output=True, text=True, timeout=120)
+    spec = scratch / "work" / "tinyllm" / "spec.py"
+    if done.returncode != 0 or not spec.is_file():
+        raise CannotRun(f"ol start {MODULE} failed with code {done.returncode}:\n{done.stdout}{done.stderr}")
+    return spec
+
+
+def write_reference_functions(spec: Path, *names: str) -> None:
+    """Replace functions in the learner's spec.py with the reference's, as a learner saving them."""
+    reference = REFERENCE_SPEC.read_text()
+    tops = {n.name: n for n in ast.parse(reference).body if isinstance(n, ast.FunctionDef)}
+    for name in names:
+        text = spec.read_text()
+        node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
+        lines = text.splitlines(keepends=True)
+        spec.write_text("".join(lines[:node.lineno - 1]) + ast.get_source_segment(reference, tops[name])
+                        + "\n" + "".join(lines[node.end_lineno:]))
 
 
 class Lab:
-    """A JupyterLab server on 127.0.0.1 serving copies of the notebooks, stopped by its PID."""
+    """JupyterLab as ``ol lab --workspace work`` starts it, serving copies of the notebooks."""
 
     def __init__(self, scratch: Path, notebooks: list[Path]) -> None:
         self.token = secrets.token_hex(16)
@@ -85,51 +149,51 @@ class Lab:
         self.root.mkdir()
         for nb in notebooks:
             shutil.copyfile(nb, self.root / nb.name)
-        settings, workspaces, empty = scratch / "settings", scratch / "workspaces", scratch / "workspace"
+        settings, workspaces = scratch / "settings", scratch / "workspaces"
         write_settings(settings)
         workspaces.mkdir()
-        empty.mkdir()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(NOTEBOOKS), env.get("PYTHONPATH", "")]))
-        env["OL_WORKSPACE"] = str(empty)
-        env["JUPYTER_PLATFORM_DIRS"] = "1"
-        command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1",
-                   f"--port={self.port}", f"--IdentityProvider.token={self.token}",
-                   f"--ServerApp.root_dir={self.root}", "--LabApp.news_url=None",
-                   f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={workspaces}"]
+        server_args = ["--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
+                       f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
+                       "--LabApp.news_url=None", f"--LabApp.user_settings_dir={settings}",
+                       f"--LabApp.workspaces_dir={workspaces}"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
-            command.append("--allow-root")
+            server_args.append("--allow-root")
+        command = [*ol_command(), "lab", "--workspace", "work", "--", *server_args]
         self.log_path = scratch / "jupyterlab.log"
         self._log = open(self.log_path, "w")
-        self.process = subprocess.Popen(command, cwd=self.root, env=env, stdout=self._log,
+        self.process = subprocess.Popen(command, cwd=scratch, env=learner_env(scratch), stdout=self._log,
                                         stderr=subprocess.STDOUT)
 
     def url(self, path: str, query: str = "") -> str:
         return f"http://127.0.0.1:{self.port}/{path}?{query}token={self.token}"
 
+    def api(self, path: str, method: str = "GET"):
+        path, _, query = path.partition("?")
+        request = urllib.request.Request(self.url(path, f"{query}&" if query else ""), method=method)
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            body = answer.read()
+        return json.loads(body) if body else None
+
     def wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise CannotRun(f"JupyterLab exited with code {self.process.returncode}:\n"
-                                + self.log_tail())
+                raise CannotRun(f"ol lab exited with code {self.process.returncode}:\n" + self.log_tail())
             try:
-                with urllib.request.urlopen(self.url("api/status"), timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.5)
+                self.api("api/status")
+                return
+            except (urllib.error.URLError, OSError, ValueError):
+                time.sleep(0.5)
         raise CannotRun(f"JupyterLab did not answer within {timeout:.0f} s:\n" + self.log_tail())
 
     def shut_down_kernels(self) -> None:
-        """End the sessions a closed page leaves running, so notebooks do not compete for CPU."""
-        with urllib.request.urlopen(self.url("api/sessions"), timeout=10) as answer:
-            sessions = json.loads(answer.read())
-        for session in sessions:
-            request = urllib.request.Request(self.url(f"api/sessions/{session['id']}"), method="DELETE")
-            with urllib.request.urlopen(request, timeout=30):
-                pass
+        """End the sessions a closed page leaves running: the kernel of a notebook is gone, as the
+        next day, and notebooks do not compete for CPU."""
+        for session in self.api("api/sessions"):
+            self.api(f"api/sessions/{session['id']}", method="DELETE")
+
+    def saved(self, name: str) -> dict:
+        return self.api(f"api/contents/{name}", method="GET")["content"]
 
     def log_tail(self, lines: int = 15) -> str:
         self._log.flush()
@@ -146,55 +210,45 @@ class Lab:
         self._log.close()
 
 
-def check_notebook(context, lab: Lab, name: str, out: Path, timeout_s: float) -> Outcome:
-    outcome = Outcome(name)
-    started = time.monotonic()
-    page = context.new_page()
+# --- Driving JupyterLab ------------------------------------------------------------------------------
+
+def open_notebook(page, lab: Lab, name: str) -> None:
+    # A workspace of its own, reset, so no earlier notebook's tab is restored beside this one.
+    page.goto(lab.url(f"lab/workspaces/{Path(name).stem}/tree/{name}", query="reset&"))
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    page.wait_for_selector(IDLE, timeout=60_000)
+
+
+def menu(page, top: str, *items: str) -> None:
+    page.locator(f'.lm-MenuBar-itemLabel:text-is("{top}")').click()
+    for item in items:
+        page.locator(f'.lm-Menu-itemLabel:text-is("{item}")').first.click()
+
+
+def run_all(page, outcome: Outcome, timeout_s: float) -> bool:
+    menu(page, "Run", "Run All Cells")
     try:
-        # A workspace of its own, reset, so no earlier notebook's tab is restored beside this one.
-        page.goto(lab.url(f"lab/workspaces/{Path(name).stem}/tree/{name}", query="reset&"))
-        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-        page.wait_for_selector(IDLE, timeout=60_000)
-        page.locator('.lm-MenuBar-itemLabel:text-is("Run")').click()
-        page.locator('.lm-Menu-itemLabel:text-is("Run All Cells")').click()
-        try:
-            # Run All stops at a failing cell: its traceback ends the wait as well as the last cell.
-            page.wait_for_selector(f'.course-check table, {STDERR}:has-text("Traceback")',
-                                   timeout=timeout_s * 1000)
-        except Exception:
-            outcome.problems.append(f"the notebook did not run to its check cell within {timeout_s:.0f} s")
-            return outcome
-        if not page.locator(".course-check table").count():
-            outcome.problems.append("a cell failed before the check cell" + errors_shown(page))
-            return outcome
-        page.wait_for_selector(IDLE, timeout=60_000)
-        inspect(page, outcome)
-        move_primary(page, outcome)
-        screenshot = out / (Path(name).stem + ".png")
-        page.screenshot(path=str(screenshot))
-        outcome.screenshot = screenshot
-    except Exception as err:  # a Playwright timeout or a closed page: report it, go on with the next
-        outcome.problems.append(f"{type(err).__name__}: {str(err).splitlines()[0]}")
-    finally:
-        outcome.seconds = time.monotonic() - started
-        if outcome.problems:
-            outcome.screenshot = out / (Path(name).stem + "-failed.png")
-            page.screenshot(path=str(outcome.screenshot))
-        page.close()
-        lab.shut_down_kernels()
-    return outcome
+        # Run All stops at a failing cell: its traceback ends the wait as well as the check table.
+        page.wait_for_selector(f'.course-check table, {STDERR}:has-text("Traceback")', timeout=timeout_s * 1000)
+    except Exception:
+        outcome.problems.append(f"the notebook did not run to its check cell within {timeout_s:.0f} s")
+        return False
+    if not page.locator(".course-check table").count():
+        outcome.problems.append("a cell failed before the check cell" + errors_shown(page))
+        return False
+    page.wait_for_selector(IDLE, timeout=60_000)
+    return True
 
 
 def errors_shown(page) -> str:
-    texts = page.locator(STDERR)
-    shown = [t for t in texts.all_inner_texts() if "Traceback" in t or "Error" in t]
+    shown = [t for t in page.locator(STDERR).all_inner_texts() if "Traceback" in t or "Error" in t]
     return (":\n" + shown[0][-1200:]) if shown else ""
 
 
-def inspect(page, outcome: Outcome) -> None:
+def inspect(page, outcome: Outcome, workspace: Path) -> None:
     """Count what rendered and name what is missing."""
     counts = {
-        "banner": page.locator(".course-banner").count(),
+        "banner naming your spec.py": page.locator(f'.course-banner.course-learner:has-text("{workspace}")').count(),
         "sliders": page.locator(".jupyter-widgets .widget-slider").count(),
         "figures": page.locator(".course-figure img").count(),
         "tables": page.locator(".jupyter-widgets table").count(),
@@ -203,17 +257,37 @@ def inspect(page, outcome: Outcome) -> None:
     outcome.found = ", ".join(f"{v} {k}" for k, v in counts.items())
     for what, n in counts.items():
         if n == 0:
-            outcome.problems.append(f"no {what} rendered")
-    if page.get_by_text("Error displaying widget").count():
-        outcome.problems.append('a widget shows "Error displaying widget"')
+            outcome.problems.append(f"no {what} rendered" + (
+                ": " + page.locator(".course-banner").first.inner_text() if "banner" in what
+                and page.locator(".course-banner").count() else ""))
+    if page.get_by_text(WIDGET_ERROR).count():
+        outcome.problems.append(f'a widget shows "{WIDGET_ERROR}"')
     failed = errors_shown(page)
     if failed:
         outcome.problems.append("a cell printed an error" + failed)
 
 
+def labels(page) -> list[str]:
+    return [" ".join(t.split()) for t in page.locator(".course-panel-status").all_inner_texts()]
+
+
+def expect_label(page, outcome: Outcome, *wanted: str, timeout_s: float = 30) -> None:
+    """Some panel's line says every one of ``wanted`` (a redraw may still be computing)."""
+    try:
+        page.wait_for_function(
+            """(wanted) => [...document.querySelectorAll('.course-panel-status')].some(
+                   s => wanted.every(w => s.innerText.replace(/\\s+/g, ' ').includes(w)))""",
+            arg=list(wanted), timeout=timeout_s * 1000)
+    except Exception:
+        outcome.problems.append(f"no panel says {' … '.join(wanted)!r}; the panels say: {labels(page)}")
+
+
 def move_primary(page, outcome: Outcome) -> None:
     """Press ArrowRight on the primary slider; its panel's figure must change."""
     panel = page.locator(PANEL_OF_PRIMARY).first
+    if not panel.count():
+        outcome.problems.append("no panel has a primary slider (the course-primary class)")
+        return
     figure = panel.locator(".course-figure img").first
     handle = panel.locator(".course-primary .noUi-handle").first
     panel.scroll_into_view_if_needed()
@@ -232,7 +306,191 @@ def move_primary(page, outcome: Outcome) -> None:
         return
     page.wait_for_selector(IDLE, timeout=60_000)
     page.locator(PANEL_OF_PRIMARY).first.scroll_into_view_if_needed()
-    page.wait_for_timeout(500)
+    page.wait_for_timeout(300)
+
+
+def save(page, lab: Lab, name: str, outcome: Outcome) -> None:
+    """Save from the File menu; the saved file must hold the widget state (ol lab's default)."""
+    before = lab.api(f"api/contents/{name}?content=0")["last_modified"]
+    menu(page, "File", "Save Notebook")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and lab.api(f"api/contents/{name}?content=0")["last_modified"] == before:
+        time.sleep(0.3)
+    state = lab.saved(name).get("metadata", {}).get("widgets", {}).get(
+        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    if not state:
+        outcome.problems.append("the saved notebook holds no widget state (ol lab sets saveState)")
+
+
+# WCAG 2 contrast of each element with its own text, against the first opaque background up the DOM
+# (translucent ones blended on the way); translucent text is blended over that background too.
+CONTRAST_JS = """(selector) => {
+  const parse = (c) => { const m = c.match(/rgba?\\(([^)]+)\\)/); if (!m) return null;
+    const p = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number); return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1]; };
+  const over = (top, bottom) => [0, 1, 2].map(i => top[i] * top[3] + bottom[i] * (1 - top[3])).concat([1]);
+  const lum = (c) => { const l = c.slice(0, 3).map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+    return 0.2126 * l[0] + 0.7152 * l[1] + 0.0722 * l[2]; };
+  const background = (el) => { const layers = [];
+    for (let e = el; e; e = e.parentElement) { const c = parse(getComputedStyle(e).backgroundColor);
+      if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; } }
+    let bg = [255, 255, 255, 1]; for (let i = layers.length - 1; i >= 0; i--) bg = over(layers[i], bg); return bg; };
+  const results = [];
+  const seen = new Set();
+  for (const root of document.querySelectorAll(selector)) {
+    for (const el of [root, ...root.querySelectorAll('*')]) {
+      if (seen.has(el)) continue; seen.add(el);
+      const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+      const box = el.getBoundingClientRect();
+      if (!own || box.width === 0 || box.height === 0) continue;
+      const bg = background(el); const fg = over(parse(getComputedStyle(el).color), bg);
+      const [a, b] = [lum(fg), lum(bg)];
+      results.push({ratio: (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05),
+                    text: el.textContent.trim().slice(0, 50), where: el.className || el.tagName});
+    }
+  }
+  return results;
+}"""
+
+
+def check_contrast(page, outcome: Outcome, name: str) -> None:
+    measured = page.evaluate(CONTRAST_JS, READABLE)
+    strips = page.locator(".course-strip").count()
+    if name in STRIP_CHAPTERS and strips == 0:
+        outcome.problems.append("no token strip (course.strip) to measure")
+    if not measured:
+        outcome.problems.append("no text found in the banner, strips or labels to measure")
+        return
+    worst = min(measured, key=lambda m: m["ratio"])
+    low = [m for m in measured if m["ratio"] < MIN_CONTRAST]
+    outcome.found += f"; dark theme: {len(measured)} texts, {strips} strips, lowest contrast {worst['ratio']:.2f}"
+    if low:
+        outcome.problems.append(f"{len(low)} texts below contrast {MIN_CONTRAST} in the dark theme, e.g. "
+                                + "; ".join(f"{m['ratio']:.2f} for {m['text']!r} ({m['where']})" for m in low[:3]))
+
+
+# --- The steps ------------------------------------------------------------------------------------
+
+def step(context, lab: Lab, out: Path, label: str, body) -> Outcome:
+    """Run ``body(page, outcome)`` on a fresh page; screenshot; close; end the kernels."""
+    outcome = Outcome(label)
+    started = time.monotonic()
+    page = context.new_page()
+    try:
+        body(page, outcome)
+        outcome.screenshot = out / f"{label}.png"
+        page.screenshot(path=str(outcome.screenshot))
+    except urllib.error.HTTPError as err:
+        outcome.problems.append(f"JupyterLab answered {err.code} to {err.url.split('?')[0]}:\n" + lab.log_tail(6))
+    except Exception as err:  # a Playwright timeout or a closed page: report it, go on with the next
+        outcome.problems.append(f"{type(err).__name__}: {str(err).splitlines()[0]}")
+    finally:
+        outcome.seconds = time.monotonic() - started
+        if outcome.problems:
+            outcome.screenshot = out / f"{label}-failed.png"
+            try:
+                page.screenshot(path=str(outcome.screenshot))
+            except Exception:
+                outcome.screenshot = None
+        page.close()
+        lab.shut_down_kernels()
+    return outcome
+
+
+def chapter(lab: Lab, name: str, workspace: Path, spec: Path, timeout_s: float, saved: set[str]):
+    def body(page, outcome: Outcome) -> None:
+        if name == ROLLBACK_CHAPTER:
+            write_reference_functions(spec, "blocks_for", "rollback")
+        open_notebook(page, lab, name)
+        if not run_all(page, outcome, timeout_s):
+            return
+        inspect(page, outcome, workspace)
+        if name == ROLLBACK_CHAPTER:
+            head = page.locator(".course-check").first.inner_text()
+            if f"{ROLLBACK_TESTS} of {ROLLBACK_TESTS} tests passed" not in head:
+                outcome.problems.append("with blocks_for and rollback written, chapter 4's check says: "
+                                        + head.splitlines()[0])
+            expect_label(page, outcome, "drawn with your", "rollback")
+        else:
+            expect_label(page, outcome, "drawn with the reference")
+        if name == FIRST_CHAPTER:
+            edit_is_seen(page, outcome, spec)
+        move_primary(page, outcome)
+        if name in STRIP_CHAPTERS:
+            save(page, lab, name, outcome)
+            saved.add(name)
+
+    return body
+
+
+def edit_is_seen(page, outcome: Outcome, spec: Path) -> None:
+    """Write prompt_lookup into spec.py; rerun only the cell that said it was not written yet."""
+    cells = page.locator(".jp-Notebook .jp-Cell")
+    complained = [i for i in range(cells.count())
+                  if cells.nth(i).locator('.course-missing:has-text("prompt_lookup")').count()]
+    if not complained:
+        outcome.problems.append("no cell said prompt_lookup is not written yet")
+        return
+    write_reference_functions(spec, "prompt_lookup")
+    cell = cells.nth(complained[0])
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Control+Enter")  # run this cell only, and stay on it
+    try:
+        page.wait_for_function(
+            """(i) => { const cell = document.querySelectorAll('.jp-Notebook .jp-Cell')[i];
+                        return cell.querySelector('.course-expect') && !cell.querySelector('.course-missing'); }""",
+            arg=complained[0], timeout=30_000)
+    except Exception:
+        outcome.problems.append("after writing prompt_lookup, rerunning the cell still does not show its values: "
+                                + cell.locator(".jp-OutputArea").inner_text()[:300])
+        return
+    page.wait_for_selector(IDLE, timeout=60_000)
+    if not cell.locator(".course-reloaded").count():
+        outcome.problems.append("the rerun cell does not say it picked up the saved spec.py")
+    shown = cell.locator(".course-expect").all_inner_texts()
+    if len(shown) < 3 or not all(t.strip().startswith("✔") for t in shown):
+        outcome.problems.append(f"the rerun cell shows {shown}, not three ✔ lines")
+    # The token strip (the first panel) redraws with the learner's prompt_lookup, ngram_draft a stub.
+    strip_panel = page.locator(PANEL).first
+    strip_panel.scroll_into_view_if_needed()
+    strip_panel.locator(".widget-slider .noUi-handle").first.press("ArrowRight")
+    try:
+        page.wait_for_function(
+            """() => { const s = document.querySelector('.course-panel-status');
+                       return s && s.innerText.includes('drawn with your prompt_lookup'); }""", timeout=30_000)
+    except Exception:
+        outcome.problems.append(f"the token strip did not redraw with your prompt_lookup; it says {labels(page)[:1]}")
+        return
+    page.wait_for_selector(IDLE, timeout=60_000)
+    expect_label(page, outcome, "ngram_draft is not written yet")
+
+
+def reopened(lab: Lab, name: str):
+    """Saved, kernel ended: open again without running; then the dark theme."""
+    def body(page, outcome: Outcome) -> None:
+        page.goto(lab.url(f"lab/workspaces/{Path(name).stem}-reopened/tree/{name}", query="reset&"))
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+        page.wait_for_selector(IDLE, timeout=60_000)
+        try:
+            page.wait_for_selector(".course-figure img, .jupyter-widgets .widget-slider", timeout=20_000)
+        except Exception:
+            pass
+        page.wait_for_timeout(1000)  # widget views render after the models load
+        if page.get_by_text(WIDGET_ERROR).count():
+            outcome.problems.append(f'reopened after its kernel ended, a widget shows "{WIDGET_ERROR}"')
+        sliders = page.locator(".jupyter-widgets .widget-slider").count()
+        figures = page.locator(".course-figure img").count()
+        outcome.found = f"reopened: {sliders} sliders, {figures} figures from the saved state"
+        if not sliders or not figures:
+            outcome.problems.append("reopened, the panels show no sliders or figures")
+        if page.locator('body[data-jp-theme-name="JupyterLab Dark"]').count() == 0:
+            menu(page, "Settings", "Theme", "JupyterLab Dark")
+            page.wait_for_selector('body[data-jp-theme-name="JupyterLab Dark"]', state="attached",
+                                   timeout=30_000)
+            page.wait_for_timeout(1000)
+        check_contrast(page, outcome, name)
+        page.locator(".course-strip, .course-banner").first.scroll_into_view_if_needed()
+
+    return body
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -262,18 +520,22 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         chromium = find_chromium(args.chromium)
+        spec = start_module(scratch)
+        workspace = spec.parent.parent
         lab = Lab(scratch, notebooks)
         lab.wait_ready()
+        saved: set[str] = set()
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
             context = browser.new_context(viewport={"width": 1280, "height": 2200})
+            steps = [(nb.stem, chapter(lab, nb.name, workspace, spec, args.timeout, saved)) for nb in notebooks]
+            for label, body in steps:
+                outcomes.append(step(context, lab, out, label, body))
+                report(outcomes[-1])
             for nb in notebooks:
-                outcome = check_notebook(context, lab, nb.name, out, args.timeout)
-                outcomes.append(outcome)
-                verdict = "ok" if not outcome.problems else "FAILED"
-                print(f"{nb.name}: {verdict} in {outcome.seconds:.1f} s ({outcome.found})", flush=True)
-                for problem in outcome.problems:
-                    print(f"    {problem}", flush=True)
+                if nb.name in saved:
+                    outcomes.append(step(context, lab, out, f"{nb.stem}-reopened-dark", reopened(lab, nb.name)))
+                    report(outcomes[-1])
             browser.close()
     except CannotRun as err:
         print(f"check_notebooks: {err}", file=sys.stderr)
@@ -283,9 +545,16 @@ def main(argv: list[str] | None = None) -> int:
             lab.stop()
         shutil.rmtree(scratch, ignore_errors=True)
     failed = [o for o in outcomes if o.problems]
-    print(f"{len(outcomes) - len(failed)} of {len(outcomes)} notebooks passed the browser check in "
+    print(f"{len(outcomes) - len(failed)} of {len(outcomes)} steps passed the browser check in "
           f"{time.monotonic() - started:.1f} s; screenshots in {out}")
     return 1 if failed else 0
+
+
+def report(outcome: Outcome) -> None:
+    verdict = "ok" if not outcome.problems else "FAILED"
+    print(f"{outcome.step}: {verdict} in {outcome.seconds:.1f} s ({outcome.found})", flush=True)
+    for problem in outcome.problems:
+        print(f"    {problem}", flush=True)
 
 
 if __name__ == "__main__":
