@@ -283,6 +283,19 @@ class Draw:
 
 _drawing: Draw | None = None
 _in_reference = 0  # > 0 while a reference function runs to compare with yours
+_comparing = True
+
+
+@contextlib.contextmanager
+def no_comparison():
+    """Inside a panel, run your functions without the reference beside them: for timed runs, whose
+    wall-clock a comparison would inflate. Stubs are still drawn with the reference."""
+    global _comparing
+    outer, _comparing = _comparing, False
+    try:
+        yield
+    finally:
+        _comparing = outer
 
 
 @contextlib.contextmanager
@@ -461,7 +474,7 @@ class _Session:
                 return impl(*args, **kwargs)
             except NotImplementedError:
                 return self.reference_impl[name](*args, **kwargs)
-        compare = (name in COMPARED and name in self.reference_impl and not draw.difference
+        compare = (_comparing and name in COMPARED and name in self.reference_impl and not draw.difference
                    and draw.compared.get(name, 0) < COMPARE_CALLS)
         inputs = None
         if compare:

@@ -503,3 +503,18 @@ def test_code_version_changes_with_an_edit(tmp_path, monkeypatch):
     write_function(ws / "tinyllm" / "spec.py", "prompt_lookup", reference_function("prompt_lookup"))
     assert course.code_version() != before
     assert course.use(reference=True) and course.code_version() == ("reference", "")
+
+
+def test_timed_runs_can_skip_the_comparison(tmp_path, monkeypatch):
+    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
+    write_function(ws / "tinyllm" / "spec.py", "prompt_lookup",
+                   "def prompt_lookup(ctx, k, max_ngram, min_ngram):\n    return []\n")
+    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    spec = course.use().spec
+    with course.drawing() as record, course.no_comparison():
+        assert spec.prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1) == []
+        assert spec.ngram_draft([1, 2, 3, 1, 2, 4, 1, 2], 4, 3) == [3, 1, 2, 3]  # still drawn
+    assert record.difference == "" and record.compared == {} and record.substituted == ["ngram_draft"]
+    with course.drawing() as record:
+        spec.prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1)
+    assert record.compared == {"prompt_lookup": 1} and "[7, 8, 5] with the reference's" in record.difference
