@@ -327,7 +327,6 @@ class _Session:
         self.wrappers: dict[str, Callable] = {}
         self.reference_globals: dict = {}
         self.reference_impl: dict[str, Callable] = {}
-        self.reloaded_at: float | None = None
 
     # -- loading --
     def _read(self) -> tuple[tuple[int, int], str, str]:
@@ -393,7 +392,7 @@ class _Session:
             self.load_error = err
             return False
         self._keep_classes(before, self.text, text)
-        self.text, self.load_error, self.reloaded_at = text, None, time.time()
+        self.text, self.load_error = text, None
         self._wrap()
         self._rebind(before)
         return True
