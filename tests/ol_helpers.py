@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +34,15 @@ def ol_command() -> list[str]:
     return [script] if script else [sys.executable, "-m", "grader"]
 
 
+# One answer cache for every ol run of a test session (ol's default is the user's cache folder).
+ANSWER_CACHE = Path(tempfile.mkdtemp(prefix="ol-test-cache-"))
+atexit.register(shutil.rmtree, ANSWER_CACHE, True)
+
+
 def ol(*args: str, workspace: Path | None = None, env: dict[str, str] | None = None, limit: float = 120) -> Ran:
     full_env = {k: v for k, v in os.environ.items() if k not in ("OL_IMPL", "OL_WORKSPACE", "OL_COURSE_ROOT")}
     full_env["PYTHONPATH"] = str(ROOT)
+    full_env["OL_CACHE_DIR"] = str(ANSWER_CACHE)
     full_env["OL_LAST_WORKSPACE_FILE"] = ""  # scratch workspaces are not the learner's last one
     full_env.update(env or {})
     started = time.monotonic()

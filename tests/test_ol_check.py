@@ -16,7 +16,7 @@ def test_started_module_fails_with_the_stub_message(tmp_path):
     ran = ol("check", "L10.8", "--ref-deps", workspace=tmp_path)
     assert ran.code == 1, ran.text
     assert "NotImplementedError" in ran.out and "(L10.8)" in ran.out
-    assert "0 of 16 tests passed" in ran.out
+    assert "0 of 20 tests passed" in ran.out
 
 
 def test_reference_spec_passes_with_ref_deps_and_writes_results(tmp_path):
@@ -24,13 +24,14 @@ def test_reference_spec_passes_with_ref_deps_and_writes_results(tmp_path):
     results = tmp_path / "results.json"
     ran = ol("check", "L10.8", "--ref-deps", "--json", str(results), workspace=tmp_path)
     assert ran.code == 0, ran.text
-    assert "16 of 16 tests passed" in ran.out
+    assert "20 of 20 tests passed" in ran.out
     assert "tinyllm/spec.py" in ran.out and "your workspace (L10.8)" in ran.out
     assert "reference (L10.1, --ref-deps)" in ran.out and "reference (given)" in ran.out
     data = json.loads(results.read_text())
     assert (data["version"], data["status"], data["module"], data["message"]) == (3, "pass", "L10.8", None)
-    assert len(data["tests"]) == 16 and {t["status"] for t in data["tests"]} == {"pass"}
-    assert all(set(t) == {"name", "status", "message", "duration"} for t in data["tests"])
+    assert len(data["tests"]) == 20 and {t["status"] for t in data["tests"]} == {"pass"}
+    assert all(set(t) == {"name", "status", "message", "duration", "diagnosis"} for t in data["tests"])
+    assert all(t["diagnosis"] is None for t in data["tests"])
     listing = ol("list", workspace=tmp_path)
     assert "passing (with --ref-deps)" in listing.out, listing.text
     assert not (tmp_path / "tinyllm" / "__pycache__").exists(), "check wrote into the learner's package"
@@ -77,7 +78,7 @@ def test_a_hanging_function_times_out_within_the_bound(tmp_path, hang):
     ran = ol("check", "L10.8", "--ref-deps", "--timeout", "2", workspace=tmp_path, limit=90)
     assert ran.code == 1, ran.text
     assert "TIMEOUT  config_parses_runtime_values  timed out after 2 s" in ran.out
-    assert "15 of 16 tests passed" in ran.out
+    assert "19 of 20 tests passed" in ran.out
     assert ran.seconds < 40
 
 
@@ -87,7 +88,7 @@ def test_os_exit_at_import_fails(tmp_path):
     spec.write_text("import os\nos._exit(0)\n" + spec.read_text())
     ran = ol("check", "L10.8", "--ref-deps", workspace=tmp_path)
     assert ran.code == 1, ran.text
-    assert "0 of 16 tests passed" in ran.out and "exited with status 0 while importing" in ran.out
+    assert "0 of 20 tests passed" in ran.out and "exited with status 0 while importing" in ran.out
 
 
 def test_sys_exit_at_import_fails(tmp_path):
@@ -96,7 +97,7 @@ def test_sys_exit_at_import_fails(tmp_path):
     spec.write_text("import sys\nsys.exit(0)\n" + spec.read_text())
     ran = ol("check", "L10.8", "--ref-deps", workspace=tmp_path)
     assert ran.code == 1, ran.text
-    assert "0 of 16 tests passed" in ran.out and "SystemExit" in ran.out
+    assert "0 of 20 tests passed" in ran.out and "SystemExit" in ran.out
 
 
 def test_os_exit_inside_a_test_fails_that_test_and_the_rest_still_run(tmp_path):
@@ -106,7 +107,7 @@ def test_os_exit_inside_a_test_fails_that_test_and_the_rest_still_run(tmp_path):
     ran = ol("check", "L10.8", "--ref-deps", workspace=tmp_path)
     assert ran.code == 1, ran.text
     assert "config_parses_runtime_values  the test process exited with status 0 during this test" in ran.out
-    assert "15 of 16 tests passed" in ran.out
+    assert "19 of 20 tests passed" in ran.out
 
 
 def test_patching_pytest_or_numpy_assertions_fails(tmp_path):
@@ -120,7 +121,7 @@ def test_patching_pytest_or_numpy_assertions_fails(tmp_path):
         spec.write_text(patch + original)
         ran = ol("check", "L10.8", "--ref-deps", workspace=tmp_path)
         assert ran.code == 1, ran.text
-        assert "0 of 16 tests passed" in ran.out and changed in ran.out
+        assert "0 of 20 tests passed" in ran.out and changed in ran.out
 
 
 def test_a_pitfall_gets_its_hint(tmp_path):
@@ -130,10 +131,35 @@ def test_a_pitfall_gets_its_hint(tmp_path):
     assert ran.code == 1, ran.text
     hints = [line for line in ran.out.splitlines() if line.startswith("Hint")]
     assert len(hints) == 1 and "pitfall s01" in hints[0] and "stale drafts" in hints[0], ran.out
+    assert "call:     prompt_lookup([" in ran.out and "rule:     card 2.1" in ran.out
     diff = ol("diff", "L10.8", "--ref-deps", workspace=tmp_path)
     assert diff.code == 1, diff.text
     assert "prompt_lookup_matches_python_l8_6:" in diff.out and "they part at [" in diff.out
-    assert "verify_matches_python_l8_6: all 120 cases agree" in diff.out
+    narrow = ol("diff", "L10.8", "--ref-deps", "-k", "prompt_lookup and not hand", workspace=tmp_path)
+    assert narrow.code == 1 and narrow.out.startswith("prompt_lookup_matches_python_l8_6:"), narrow.text
+    assert "verify" not in narrow.out
+    assert "verify_matches_python_l8_6: all 142 cases agree" in diff.out
+
+
+def test_diff_says_an_unwritten_function_in_one_line(tmp_path):
+    assert ol("start", "L10.8", workspace=tmp_path).code == 0
+    ran = ol("diff", "L10.8", "--ref-deps", "-k", "prompt_lookup_matches", workspace=tmp_path)
+    assert ran.code == 1, ran.text
+    assert ran.out.strip() == ("prompt_lookup_matches_python_l8_6: spec.prompt_lookup (L10.8): not written yet -- "
+                               "see course/L10.8.md section 2.1"), ran.out
+
+
+def test_a_bug_that_is_no_named_pitfall_is_said_to_be_none(tmp_path):
+    put_reference(tmp_path, "spec.py")
+    # Accepting while u_a <= p/q would be s15; this one compares with 2 * p / q, a bug of no pitfall.
+    edit(tmp_path / "tinyllm" / "spec.py", "if u_accept < p[x] / q[x]:", "if u_accept < 2 * p[x] / q[x]:")
+    results = tmp_path / "r.json"
+    ran = ol("check", "L10.8", "--ref-deps", "-k", "hand_example_sampled_step", "--json", str(results),
+             workspace=tmp_path)
+    assert ran.code == 1, ran.text
+    assert "Hint" not in ran.out and "Not a named pitfall: in hand_example_sampled_step" in ran.out, ran.out
+    diagnosis = json.loads(results.read_text())["tests"][0]["diagnosis"]
+    assert diagnosis["pitfalls"] == [] and "no named pitfall gives your answers" in diagnosis["summary"]
 
 
 def test_check_never_touches_the_learners_files(tmp_path):
