@@ -165,9 +165,10 @@ def test_config_parses_runtime_values():
 
 # --- 2.2 Verification ----------------------------------------------------------------------------
 
-GREEDY_RULE = ("card 2.2: keep d_i while it is the argmax of its penalized row (ties to the lowest id); at "
-               "the first mismatch emit that argmax and stop; after a full acceptance emit row m's argmax "
-               "(the bonus); greedy draws nothing")
+GREEDY_RULE = ("card 2.2: keep d_i while it is the argmax of its row with L10.1's penalties applied, the tokens "
+               "accepted so far in this round counting as output (ties to the lowest id); at the first mismatch "
+               "emit that argmax and stop; after a full acceptance emit row m's argmax (the bonus); greedy draws "
+               "nothing")
 SAMPLED_RULE = ("card 2.2: at each position draw u_a then u_r (both, always); accept d_i when "
                 "u_a < p(d_i)/q(d_i), else emit the residual's walk at u_r and stop; the bonus is L10.1's "
                 "sample of row m (one draw); logprob = log-softmax of the penalized row")
