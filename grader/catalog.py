@@ -27,6 +27,8 @@ class Test:
     checks: str
     why: str
     diff: str
+    points: float = 1.0           # what passing it is worth in a grade (ol grade, the platform exports)
+    task_id: int | None = None    # the exercise task it belongs to (exercism's results v3 ``task_id``)
 
     @property
     def function(self) -> str:
@@ -187,7 +189,14 @@ def _test_from(data: dict, where: str) -> Test:
     kind = get.text("kind")
     if kind not in KINDS:
         raise GraderError(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}")
-    return Test(get.text("name"), kind, get.text("checks", ""), get.text("why", ""), get.text("diff", ""))
+    points = float(get.number("points", 1))
+    if not points >= 0:
+        raise GraderError(f"{where}: 'points' must be a number >= 0, got {points:g}")
+    task_id = get.number("task_id", None)
+    if task_id is not None and (not isinstance(task_id, int) or task_id < 1):
+        raise GraderError(f"{where}: 'task_id' must be a whole number >= 1, got {task_id!r}")
+    return Test(get.text("name"), kind, get.text("checks", ""), get.text("why", ""), get.text("diff", ""),
+                points, task_id)
 
 
 def _fixture_from(data: dict, where: str) -> Fixture:

@@ -30,9 +30,11 @@ from grader.cases import alike, brief, clip
 from grader.case_worker import STUB
 from grader.catalog import Catalog, Module, Pitfall
 from grader.mutants import apply_patch
+from grader.sandbox import Sandbox
 
 CACHE_ENV = "OL_CACHE_DIR"
 WORKER_STARTUP = 15.0
+MAX_ANSWERS = 32 << 20
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -127,11 +129,12 @@ def has_cases(module: Module) -> bool:
 
 
 def diagnose(catalog: Catalog, module: Module, impl: Path, tests: list[str], timeout: float,
-             jobs: int = 2) -> Diagnosis | None:
-    """Compare the learner's answers on ``tests`` with the reference's and every pitfall's."""
+             jobs: int = 2, sandbox: Sandbox | None = None) -> Diagnosis | None:
+    """Compare the learner's answers on ``tests`` with the reference's and every pitfall's
+    (the learner's computed inside ``sandbox``, when given)."""
     if not tests or not has_cases(module):
         return None
-    learner = run_worker(module, impl, tests, timeout * len(tests) + WORKER_STARTUP)
+    learner = run_worker(module, impl, tests, timeout * len(tests) + WORKER_STARTUP, sandbox)
     store = AnswerStore(catalog, module)
     packages: list[Pitfall | None] = [None, *module.pitfalls]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -264,13 +267,16 @@ def _ensure(path: Path) -> Path:
     return path
 
 
-def run_worker(module: Module, impl: Path, tests: list[str], limit: float) -> dict:
+def run_worker(module: Module, impl: Path, tests: list[str], limit: float, sandbox: Sandbox | None = None) -> dict:
     """The case worker over ``impl`` in its own process group; {} if it hangs, crashes or writes nothing."""
     with tempfile.TemporaryDirectory(prefix="ol-cases-") as tmp:
         out = Path(tmp) / "answers.json"
         command = [sys.executable, "-B", "-m", "grader.case_worker", str(module.suite), str(impl), str(out), *tests]
+        if sandbox is not None:
+            sandbox.share(Path(tmp), writable=True)
         child = subprocess.Popen(command, cwd=tmp, env=_worker_env(), stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                 preexec_fn=sandbox.preexec if sandbox is not None else None)
         try:
             child.wait(limit)
         except subprocess.TimeoutExpired:
@@ -281,7 +287,11 @@ def run_worker(module: Module, impl: Path, tests: list[str], limit: float) -> di
             except (ProcessLookupError, PermissionError):
                 pass
             child.wait()
+            if sandbox is not None:
+                sandbox.reap()
         try:
+            if out.is_symlink() or (out.exists() and out.stat().st_size > MAX_ANSWERS):
+                return {}
             found = json.loads(out.read_text())
         except (OSError, ValueError):
             return {}

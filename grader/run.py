@@ -25,6 +25,7 @@ from typing import Callable
 
 from grader.catalog import Module
 from grader.protocol import FD_ENV, NONCE_ENV
+from grader.sandbox import Sandbox
 
 # Starting Python, numpy and pytest, and importing the suite, on a busy machine.
 STARTUP_ALLOWANCE = 10.0
@@ -59,6 +60,7 @@ class SuiteRun:
     problem: str | None = None           # what went wrong with the run as a whole, if anything
     extra: list[str] = field(default_factory=list)   # test functions in the suite the catalog does not list
     output: str = ""                     # what pytest printed (its failure reports), every process in turn
+    broken: str | None = None            # why no test could run at all (the code under test did not import)
 
     @property
     def passed(self) -> list[str]:
@@ -79,12 +81,14 @@ def run_limit(module: Module, timeout: float) -> float:
 
 
 def run_suite(module: Module, impl: Path, timeout: float | None = None, keyword: str | None = None,
-              limit: float | None = None, on_outcome: Callable[[TestOutcome], None] | None = None) -> SuiteRun:
+              limit: float | None = None, on_outcome: Callable[[TestOutcome], None] | None = None,
+              sandbox: Sandbox | None = None, env: dict[str, str] | None = None) -> SuiteRun:
     """Run ``module``'s graded suite against the ``tinyllm`` package in ``impl``.
 
     ``timeout`` bounds each test (default: the catalog's), ``limit`` the whole run (default
     :func:`run_limit`); ``keyword`` is pytest's ``-k``. ``on_outcome`` hears each test's outcome as
-    soon as it is known.
+    soon as it is known. With a ``sandbox`` every test process runs inside it (limits, another
+    user: :mod:`grader.sandbox`); ``env`` adds to its environment.
     """
     timeout = timeout or module.timeout
     state = _RunState(module, keyword is not None, time.monotonic() + (limit or run_limit(module, timeout)),
@@ -92,9 +96,12 @@ def run_suite(module: Module, impl: Path, timeout: float | None = None, keyword:
     with tempfile.TemporaryDirectory(prefix="ol-run-") as tmp:
         rundir = Path(tmp)
         (rundir / "pytest.ini").write_text(PYTEST_INI)
+        if sandbox is not None:
+            sandbox.share(rundir)
         targets = [str(module.suite)]
         while True:
-            _run_once(module, impl, rundir, targets, keyword if not state.restarted else None, timeout, state)
+            _run_once(module, impl, rundir, targets, keyword if not state.restarted else None, timeout, state,
+                      sandbox, env or {})
             if state.stopped or not state.remaining():
                 break
             state.restarted = True
@@ -122,6 +129,7 @@ class _RunState:
         self.restarted = False
         self.package = package    # the assembled package's temporary path, shown to people as "tinyllm"
         self.output: list[str] = []
+        self.broken: str | None = None
 
     def remaining(self) -> list[str]:
         return [n for n in (self.expected or []) if n not in self.outcomes]
@@ -173,7 +181,13 @@ class _RunState:
         if self.expected is None:
             self.expected = []
         ordered = {n: self.outcomes[n] for n in self.expected if n in self.outcomes}
-        return SuiteRun(ordered, self.problem, self.extra, "".join(self.output).replace(self.package, "tinyllm"))
+        return SuiteRun(ordered, self.problem, self.extra, "".join(self.output).replace(self.package, "tinyllm"),
+                        self.broken)
+
+    def fail_unimported(self, message: str) -> None:
+        """No test ran because the code under test could not be imported: every remaining test fails."""
+        self.broken = self.broken or message
+        self.fail_remaining("fail", message)
 
 
 def _child_env(impl: Path, fd: int, nonce: str) -> dict[str, str]:
@@ -194,7 +208,7 @@ def _child_env(impl: Path, fd: int, nonce: str) -> dict[str, str]:
 
 
 def _run_once(module: Module, impl: Path, rundir: Path, targets: list[str], keyword: str | None,
-              timeout: float, state: _RunState) -> None:
+              timeout: float, state: _RunState, sandbox: Sandbox | None, extra_env: dict[str, str]) -> None:
     """One child process: run ``targets`` and feed its records into ``state`` until it ends or is killed."""
     read_fd, write_fd = os.pipe()
     nonce = secrets.token_hex(16)
@@ -206,8 +220,10 @@ def _run_once(module: Module, impl: Path, rundir: Path, targets: list[str], keyw
     log_path = rundir / "output.log"
     with open(log_path, "wb") as log:
         try:
-            child = subprocess.Popen(command, cwd=rundir, env=_child_env(impl, write_fd, nonce), stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,), start_new_session=True)
+            child = subprocess.Popen(command, cwd=rundir, env={**_child_env(impl, write_fd, nonce), **extra_env},
+                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                                     start_new_session=True,
+                                     preexec_fn=sandbox.preexec if sandbox is not None else None)
         finally:
             os.close(write_fd)
         _LIVE.add(child)
@@ -216,6 +232,8 @@ def _run_once(module: Module, impl: Path, rundir: Path, targets: list[str], keyw
         finally:
             os.close(read_fd)
             _kill_group(child)
+            if sandbox is not None:
+                sandbox.reap()
             _LIVE.discard(child)
     state.output.append(log_path.read_text(errors="replace"))
 
@@ -246,7 +264,7 @@ def _watch(child: subprocess.Popen, read_fd: int, nonce: str, timeout: float, st
             elif current:
                 state.item_done(current, _outcome(current, "error", f"timed out after {timeout:g} s", now - current_start))
             elif not collected:
-                state.fail_remaining("fail", f"importing the code under test took longer than {timeout + STARTUP_ALLOWANCE:g} s; "
+                state.fail_unimported(f"importing the code under test took longer than {timeout + STARTUP_ALLOWANCE:g} s; "
                                              "is there a loop at import time?")
             else:
                 state.fail_remaining("fail", f"the test process stalled between tests for more than {timeout:g} s")
@@ -297,13 +315,14 @@ def _conclude(state: _RunState, status: int | None, current: str | None, current
         return
     if not collected:
         reason = internal_error or _last_line(log_path) or "no output"
-        state.fail_remaining("fail", f"the test process {how} while importing the code under test: {reason}")
+        state.fail_unimported(f"the test process {how} while importing the code under test: {reason}")
         return
     if state.collect_errors:
-        state.fail_remaining("fail", f"the suite could not be imported: {state.collect_errors[0]}")
+        state.fail_unimported(f"the suite could not be imported: {state.collect_errors[0]}")
         return
     if internal_error:
-        state.fail_remaining("fail", f"pytest stopped: {internal_error}")
+        stop = state.fail_unimported if not state.outcomes else lambda m: state.fail_remaining("fail", m)
+        stop(f"pytest stopped: {internal_error}")
         return
     if not ended:
         state.fail_remaining("fail", f"the test process {how} before this test ran (did the code call os._exit?)")

@@ -30,7 +30,8 @@ def test_reference_spec_passes_with_ref_deps_and_writes_results(tmp_path):
     data = json.loads(results.read_text())
     assert (data["version"], data["status"], data["module"], data["message"]) == (3, "pass", "L10.8", None)
     assert len(data["tests"]) == 20 and {t["status"] for t in data["tests"]} == {"pass"}
-    assert all(set(t) == {"name", "status", "message", "duration", "diagnosis"} for t in data["tests"])
+    assert all(set(t) == {"name", "status", "message", "duration", "test_code", "diagnosis"} for t in data["tests"])
+    assert all(f"def test_{t['name']}(" in t["test_code"] for t in data["tests"])
     assert all(t["diagnosis"] is None for t in data["tests"])
     listing = ol("list", workspace=tmp_path)
     assert "passing (with --ref-deps)" in listing.out, listing.text

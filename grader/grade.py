@@ -1,0 +1,198 @@
+"""``ol grade``: grade a class's submissions of one module, several at a time, into ``grades.csv``.
+
+Each submission (a folder or a zip file holding ``tinyllm/``) is graded by a process of its own
+(:mod:`grader.submission`) with a sandbox of its own, so a submission that hangs, crashes, floods
+its output or forks without end costs its own time bound and nothing more. ``--out`` receives
+``grades.csv`` and one JSON per submission (the format of ``ol check --json``, plus the score).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.catalog import check_fixtures, load_catalog
+from grader.errors import UsageError
+from grader.run import STARTUP_ALLOWANCE, run_limit
+
+CSV_HEADER = ["submission", "score", "max_score", "status", "failed_tests", "hint"]
+# The whole check of one submission, unless --limit says otherwise: far above an honest
+# submission's few seconds, far below every test hanging to its timeout.
+DEFAULT_LIMIT = 60.0
+# Beyond the check: assembling, the diagnosis of failed tests, writing the results.
+WORKER_MARGIN = 120.0
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Graded:
+    submission: str
+    results: dict
+    seconds: float
+
+    @property
+    def row(self) -> list[str]:
+        r = self.results
+        failed = [t["name"] for t in r.get("tests", []) if t.get("status") != "pass"]
+        hint = r.get("hint") or (r.get("message") or "" if r.get("status") == "error" else "")
+        return [self.submission, _number(r.get("score", 0.0)), _number(r.get("max_score", 0.0)), r.get("status", "error"),
+                ";".join(failed), " ".join(hint.split())]
+
+
+def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None = None, ref_deps: bool = False,
+          timeout: float | None = None, limit: float | None = None) -> int:
+    """Grade every submission; 0 when each was graded (whatever its score), 3 when ol itself failed on one."""
+    catalog = load_catalog()
+    module = catalog.get(module_id)
+    check_fixtures(module)
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {jobs}")
+    for value, flag in ((timeout, "--timeout"), (limit, "--limit")):
+        if value is not None and not value > 0:
+            raise UsageError(f"{flag} must be a positive number of seconds, got {value:g}")
+    paths = _submissions(submissions)
+    out_dir = Path(out or "grades")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    limit = limit or min(DEFAULT_LIMIT, run_limit(module, timeout or module.timeout))
+    names = _unique_names(paths)
+    progress = _Progress(len(paths))
+    slots: queue.Queue[int] = queue.Queue()
+    for slot in range(jobs):
+        slots.put(slot)
+    started = time.monotonic()
+
+    def one(item: tuple[Path, str]) -> Graded:
+        path, name = item
+        slot = slots.get()
+        try:
+            progress.begin()
+            graded = _grade_in_worker(module.id, path, name, slot, ref_deps, timeout, limit)
+        finally:
+            slots.put(slot)
+        (out_dir / f"{name}.json").write_text(json.dumps(graded.results, indent=2) + "\n")
+        progress.done(graded)
+        return graded
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        graded = list(pool.map(one, zip(paths, names)))
+    progress.finish()
+    with open(out_dir / "grades.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_HEADER)
+        writer.writerows(g.row for g in graded)
+    counts = {s: sum(1 for g in graded if g.results.get("status") == s) for s in ("pass", "fail", "error")}
+    print(f"Graded {len(graded)} submissions of {module.id} in {time.monotonic() - started:.1f} s: "
+          f"{counts['pass']} pass, {counts['fail']} fail, {counts['error']} error. "
+          f"Wrote {out_dir / 'grades.csv'} and one JSON per submission.")
+    return 3 if any(g.results.get("grader_error") for g in graded) else 0
+
+
+def _submissions(given: list[str]) -> list[Path]:
+    if not given:
+        raise UsageError("name at least one submission (a folder or a zip file holding tinyllm/)")
+    paths = []
+    for text in given:
+        path = Path(text)
+        if not path.exists():
+            raise UsageError(f"no such submission: {text}")
+        paths.append(path)
+    return paths
+
+
+def _unique_names(paths: list[Path]) -> list[str]:
+    """The folder or zip name of each submission, numbered when two are the same."""
+    names, seen = [], {}
+    for path in paths:
+        name = path.name or str(path)
+        seen[name] = seen.get(name, 0) + 1
+        names.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+    return names
+
+
+def _grade_in_worker(module_id: str, path: Path, name: str, slot: int, ref_deps: bool, timeout: float | None,
+                     limit: float) -> Graded:
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ol-grade-out-") as tmp:
+        out = Path(tmp) / "results.json"
+        command = [sys.executable, "-B", "-m", "grader.submission", module_id, str(path.resolve()), str(out),
+                   "--slot", str(slot), "--limit", str(limit)]
+        if ref_deps:
+            command.append("--ref-deps")
+        if timeout:
+            command += ["--timeout", str(timeout)]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+        child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            _, err = child.communicate(timeout=limit + WORKER_MARGIN + STARTUP_ALLOWANCE)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            return Graded(name, _error(module_id, f"grading took longer than {limit + WORKER_MARGIN:g} s and was stopped"),
+                          time.monotonic() - started)
+        try:
+            results = json.loads(out.read_text())
+        except (OSError, ValueError):
+            tail = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            results = {**_error(module_id, f"ol could not grade this submission: {tail[0]}"), "grader_error": True}
+    return Graded(name, results, time.monotonic() - started)
+
+
+def _error(module_id: str, message: str) -> dict:
+    return {"version": 3, "status": "error", "message": message, "module": module_id, "tests": [],
+            "score": 0.0, "max_score": 0.0, "hint": ""}
+
+
+def _number(x: float) -> str:
+    return f"{x:g}"
+
+
+class _Progress:
+    """A bar redrawn in place on a terminal; one line per graded submission otherwise."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.finished = 0
+        self.running = 0
+        self.tty = sys.stdout.isatty()
+        self.lock = threading.Lock()
+
+    def begin(self) -> None:
+        with self.lock:
+            self.running += 1
+            self._draw()
+
+    def done(self, graded: Graded) -> None:
+        with self.lock:
+            self.running -= 1
+            self.finished += 1
+            if self.tty:
+                self._draw()
+            else:
+                r = graded.results
+                print(f"[{self.finished}/{self.total}] {graded.submission}: {r.get('status')} "
+                      f"{_number(r.get('score', 0))}/{_number(r.get('max_score', 0))} ({graded.seconds:.1f} s)", flush=True)
+
+    def _draw(self) -> None:
+        if not self.tty:
+            return
+        width = 30
+        filled = width * self.finished // max(self.total, 1)
+        sys.stdout.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.finished}/{self.total} graded, "
+                         f"{self.running} running ")
+        sys.stdout.flush()
+
+    def finish(self) -> None:
+        if self.tty:
+            sys.stdout.write("\n")

@@ -1,0 +1,154 @@
+"""One submission graded in a process of its own: ``python -m grader.submission MODULE PATH OUT [options]``.
+
+``PATH`` is a folder or a zip file holding ``tinyllm/`` (at its top or one folder down). Its
+``tinyllm/*.py`` files are copied (or extracted) into a temporary workspace, never changed where
+they are; the check runs there inside a :class:`~grader.sandbox.Sandbox`, and ``OUT`` receives the
+results as ``ol check --json`` writes them, plus ``submission``, ``score``, ``max_score`` and
+``hint``. ``ol grade`` runs one such process per submission, so a submission that exhausts memory,
+floods or forks harms only its own process tree, which this process kills before it exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import stat
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from grader import assemble, sandbox
+from grader.catalog import check_fixtures, load_catalog
+from grader.check import CheckResult, evaluate
+from grader.errors import OlError
+from grader.workspace import Workspace
+
+PACKAGE = "tinyllm"
+# A learner's file is source code: anything larger is not a submission to run.
+MAX_FILE = 1 << 20
+MAX_FILES = 200
+
+
+class BadSubmission(Exception):
+    """The submission holds no gradable ``tinyllm/``; the message says why, for the grades table."""
+
+
+def locate_package(root: Path) -> Path:
+    """The ``tinyllm`` folder in ``root``: at its top, one folder down, or ``root`` itself."""
+    if root.name == PACKAGE and root.is_dir() and not root.is_symlink():
+        return root
+    direct = root / PACKAGE
+    if direct.is_dir() and not direct.is_symlink():
+        return direct
+    nested = sorted(p / PACKAGE for p in root.iterdir()
+                    if p.is_dir() and not p.is_symlink() and (p / PACKAGE).is_dir() and not p.name.startswith("__MACOSX"))
+    if len(nested) == 1:
+        return nested[0]
+    if nested:
+        raise BadSubmission(f"several tinyllm/ folders: {', '.join(str(p.relative_to(root)) for p in nested)}")
+    raise BadSubmission("no tinyllm/ folder (looked at the top and one folder down)")
+
+
+def copy_package(submission: Path, dest: Path) -> Path:
+    """Copy the submission's ``tinyllm/*.py`` into ``dest/tinyllm``; return ``dest`` (the workspace)."""
+    package = dest / PACKAGE
+    package.mkdir(parents=True)
+    if submission.is_dir():
+        source = locate_package(submission)
+        files = [p for p in sorted(source.glob("*.py")) if p.is_file() and not p.is_symlink()]
+        for path in files[:MAX_FILES]:
+            if path.stat().st_size > MAX_FILE:
+                raise BadSubmission(f"tinyllm/{path.name} is larger than {MAX_FILE >> 10} KiB")
+            shutil.copyfile(path, package / path.name)
+        return dest
+    if zipfile.is_zipfile(submission):
+        _extract_package(submission, package)
+        return dest
+    raise BadSubmission("neither a folder nor a zip file")
+
+
+def _extract_package(archive: Path, package: Path) -> None:
+    """Only the ``.py`` files directly inside the archive's one ``tinyllm/`` folder, each size-checked."""
+    with zipfile.ZipFile(archive) as z:
+        entries = [i for i in z.infolist() if not i.is_dir() and not i.filename.startswith("__MACOSX/")
+                   and not stat.S_ISLNK(i.external_attr >> 16)]
+        folders = sorted({"/".join(parts[:-1]) for parts in (i.filename.split("/") for i in entries)
+                          if len(parts) in (2, 3) and parts[-2] == PACKAGE and parts[-1].endswith(".py")})
+        if not folders:
+            raise BadSubmission("no tinyllm/ folder in the zip (looked at the top and one folder down)")
+        if len(folders) > 1:
+            raise BadSubmission(f"several tinyllm/ folders in the zip: {', '.join(folders)}")
+        chosen = [i for i in entries if i.filename.rsplit("/", 1)[0] == folders[0] and i.filename.endswith(".py")]
+        for info in chosen[:MAX_FILES]:
+            name = info.filename.rsplit("/", 1)[1]
+            if info.file_size > MAX_FILE:
+                raise BadSubmission(f"tinyllm/{name} is larger than {MAX_FILE >> 10} KiB")
+            with z.open(info) as src:
+                data = src.read(MAX_FILE + 1)
+            if len(data) > MAX_FILE:
+                raise BadSubmission(f"tinyllm/{name} is larger than {MAX_FILE >> 10} KiB")
+            (package / name).write_bytes(data)
+
+
+def grade_one(module_id: str, submission: Path, ref_deps: bool, timeout: float | None, limit: float | None,
+              box: sandbox.Sandbox) -> dict:
+    """The results of one submission (``ol check --json``'s format plus its score and hint)."""
+    catalog = load_catalog()
+    module = catalog.get(module_id)
+    check_fixtures(module)
+    with tempfile.TemporaryDirectory(prefix="ol-grade-") as tmp:
+        try:
+            ws = Workspace(copy_package(submission, Path(tmp) / "workspace"))
+        except (BadSubmission, OSError, zipfile.BadZipFile) as err:
+            return _with_score(CheckResult.failed_to_run(module.id, f"{submission.name}: {err}", module))
+        missing = ws.missing_files(module)
+        if not ref_deps:
+            missing += [f for dep in catalog.needs_of(module) for f in ws.missing_files(dep)]
+        if missing:
+            why = ", ".join(f"tinyllm/{f}" for f in missing)
+            hint = "" if ref_deps or not set(missing) - set(module.learner_files) else \
+                " (grade with --ref-deps to take the modules it needs from the reference)"
+            return _with_score(CheckResult.failed_to_run(module.id, f"missing from the submission: {why}{hint}", module))
+        impl = assemble.build(assemble.plan(catalog, module, ws, ref_deps), Path(tmp) / "impl")
+        box.share(impl)
+        result, _ = evaluate(catalog, module, impl, timeout, limit=limit, sandbox=box)
+    return _with_score(result)
+
+
+def _with_score(result: CheckResult) -> dict:
+    score, max_score = result.points()
+    hints = result.diagnosis.hint_lines() if result.diagnosis is not None else []
+    return {**result.as_json(), "score": score, "max_score": max_score, "hint": hints[0] if hints else ""}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grader.submission")
+    parser.add_argument("module")
+    parser.add_argument("submission", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--slot", type=int, default=0)
+    parser.add_argument("--ref-deps", action="store_true")
+    parser.add_argument("--timeout", type=float)
+    parser.add_argument("--limit", type=float)
+    args = parser.parse_args(argv)
+    sandbox.become_subreaper()
+    sandbox.hide_memory()
+    box = sandbox.for_slot(args.slot)
+    try:
+        results = grade_one(args.module, args.submission, args.ref_deps, args.timeout, args.limit, box)
+    except OlError as err:
+        results = {**CheckResult.failed_to_run(args.module, str(err)).as_json(), "score": 0.0, "max_score": 0.0,
+                   "hint": "", "grader_error": True}
+    finally:
+        sandbox.kill_descendants()
+        box.reap()
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    tmp.replace(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
