@@ -88,6 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
                                            "suite, and print the kill matrix. Exit 1 if a mutant survives or escapes its named test.")
     mutants.add_argument("module", help="a module id, or 'all'")
     mutants.add_argument("--jobs", type=int, default=2, metavar="N", help="mutants run at once (default 2)")
+
+    grade = verbs.add_parser("grade", help="for instructors: grade a class's submissions into grades.csv",
+                             description="Grade submissions (folders or zip files holding tinyllm/), several at a time, "
+                                         "each in a sandboxed process of its own; write grades.csv and one JSON per "
+                                         "submission. Submissions are never modified.")
+    grade.add_argument("module", help="a module id, e.g. L10.8")
+    grade.add_argument("submissions", nargs="+", metavar="SUBMISSION", help="a folder or a zip file holding tinyllm/")
+    grade.add_argument("--jobs", type=int, default=2, metavar="N", help="submissions graded at once (default 2)")
+    grade.add_argument("--out", metavar="DIR", help="where grades.csv and the JSON files go (default ./grades)")
+    grade.add_argument("--ref-deps", action="store_true", help="take the modules this one needs from the reference")
+    grade.add_argument("--timeout", type=float, metavar="S", help="seconds each test may run (default: the module's)")
+    grade.add_argument("--limit", type=float, metavar="S", help="seconds one submission's whole check may run (default 60)")
     return parser
 
 
@@ -111,6 +123,9 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.verb == "lab":
         from grader.lab import lab
         return lab(args.workspace, args.jupyter_args, args.dry_run)
+    if args.verb == "grade":
+        from grader.grade import grade
+        return grade(args.module, args.submissions, args.jobs, args.out, args.ref_deps, args.timeout, args.limit)
     from grader.mutants import mutants
     return mutants(args.module, args.jobs)
 
