@@ -310,16 +310,23 @@ def move_primary(page, outcome: Outcome) -> None:
 
 
 def save(page, lab: Lab, name: str, outcome: Outcome) -> None:
-    """Save from the File menu; the saved file must hold the widget state (ol lab's default)."""
-    before = lab.api(f"api/contents/{name}?content=0")["last_modified"]
-    menu(page, "File", "Save Notebook")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and lab.api(f"api/contents/{name}?content=0")["last_modified"] == before:
-        time.sleep(0.3)
-    state = lab.saved(name).get("metadata", {}).get("widgets", {}).get(
+    """Save from the File menu; the saved file must hold the widget state (ol lab's default). A save
+    that lands while an earlier one is still being written is tried once more."""
+    for attempt in range(2):
+        page.wait_for_selector(IDLE, timeout=60_000)
+        before = lab.api(f"api/contents/{name}?content=0")["last_modified"]
+        menu(page, "File", "Save Notebook")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if lab.api(f"api/contents/{name}?content=0")["last_modified"] != before and widget_state(lab, name):
+                return
+            time.sleep(0.5)
+    outcome.problems.append("the saved notebook holds no widget state (ol lab sets saveState)")
+
+
+def widget_state(lab: Lab, name: str) -> dict:
+    return lab.saved(name).get("metadata", {}).get("widgets", {}).get(
         "application/vnd.jupyter.widget-state+json", {}).get("state", {})
-    if not state:
-        outcome.problems.append("the saved notebook holds no widget state (ol lab sets saveState)")
 
 
 # WCAG 2 contrast of each element with its own text, against the first opaque background up the DOM
@@ -373,6 +380,8 @@ def check_contrast(page, outcome: Outcome, name: str) -> None:
 def step(context, lab: Lab, out: Path, label: str, body) -> Outcome:
     """Run ``body(page, outcome)`` on a fresh page; screenshot; close; end the kernels."""
     outcome = Outcome(label)
+    for old in (out / f"{label}.png", out / f"{label}-failed.png"):  # no stale picture from a past run
+        old.unlink(missing_ok=True)
     started = time.monotonic()
     page = context.new_page()
     try:
