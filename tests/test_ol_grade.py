@@ -1,0 +1,165 @@
+"""``ol grade``: a class's submissions graded side by side, bad ones bounded, none modified."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+from ol_helpers import REFERENCE, ROOT, ol
+
+STUB = ROOT / "course" / "stubs" / "L10.8" / "spec.py"
+MARKER = "ol-grade-test-daemon-7f3a"
+
+# Each hostile submission is the reference's spec.py with this prepended.
+HOSTILE = {
+    "hangs": "while True:\n    pass\n",
+    "floods": "import sys\nsys.stdout.write('x' * (10 << 20))\nsys.stdout.flush()\n",
+    "forks": ("import os\nfor _ in range(10000):\n    try:\n        os.fork()\n    except OSError:\n        break\n"),
+    "daemon": ("import subprocess, sys\n"
+               f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)  # {MARKER}'],"
+               " start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"),
+    "exits": "import os\nos._exit(0)\n",
+}
+
+
+# Every draft takes a second: tests time out one after another until the whole check's bound.
+SLOW = ("\n_prompt_lookup = prompt_lookup\n\n\ndef prompt_lookup(*args, **kwargs):\n"
+        "    import time\n    time.sleep(1)\n    return _prompt_lookup(*args, **kwargs)\n")
+
+
+def spec_with(prefix: str) -> str:
+    return prefix + (REFERENCE / "spec.py").read_text()
+
+
+def make_folder(root: Path, name: str, text: str, nested: str | None = None) -> Path:
+    package = root / name / (nested or "") / "tinyllm"
+    package.mkdir(parents=True)
+    (package / "spec.py").write_text(text)
+    return root / name
+
+
+def tree_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(path.rglob("*")):
+        h.update(str(p.relative_to(path)).encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def daemons_left() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if MARKER.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_grade_mixed_class(tmp_path):
+    subs = tmp_path / "subs"
+    good = make_folder(subs, "alice", (REFERENCE / "spec.py").read_text())
+    nested = make_folder(subs, "bob", (REFERENCE / "spec.py").read_text(), nested="my-work")
+    stub = make_folder(subs, "carol", STUB.read_text())
+    broken = make_folder(subs, "dave", "def (\n")
+    zipped = subs / "erin.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.write(REFERENCE / "spec.py", "erin-work/tinyllm/spec.py")
+    hostile = [make_folder(subs, name, spec_with(prefix)) for name, prefix in HOSTILE.items()]
+    slow = make_folder(subs, "slow", (REFERENCE / "spec.py").read_text() + SLOW)
+    empty = subs / "frank"
+    empty.mkdir()
+    everything = [good, nested, stub, broken, zipped, empty, *hostile, slow]
+    before = {p.name: tree_digest(p) if p.is_dir() else p.read_bytes() for p in everything}
+
+    out = tmp_path / "out"
+    ran = ol("grade", "L10.8", *map(str, everything), "--ref-deps", "--jobs", "2", "--out", str(out),
+             "--timeout", "3", "--limit", "15", limit=300)
+    assert ran.code == 0, ran.text
+
+    rows = list(csv.reader((out / "grades.csv").open()))
+    assert rows[0] == ["submission", "score", "max_score", "status", "failed_tests", "hint"]
+    by_name = {r[0]: dict(zip(rows[0], r)) for r in rows[1:]}
+    assert list(by_name) == [p.name for p in everything]
+    for name in ("alice", "bob", "erin.zip", "floods"):
+        assert (by_name[name]["status"], by_name[name]["score"], by_name[name]["max_score"]) == ("pass", "20", "20"), name
+    assert by_name["carol"]["status"] == "fail" and by_name["carol"]["score"] == "0"
+    assert by_name["dave"]["status"] == "error" and "SyntaxError" in by_name["dave"]["hint"]
+    assert by_name["frank"]["status"] == "error" and "no tinyllm/ folder" in by_name["frank"]["hint"]
+    for name in ("hangs", "exits"):
+        assert by_name[name]["status"] == "error" and by_name[name]["score"] == "0", by_name[name]
+    # A fork bomb or a daemon may pass its tests (the code is the reference's), but is bounded and cleaned up.
+    assert by_name["forks"]["status"] in ("pass", "fail", "error")
+    assert not daemons_left(), "a daemon started by a submission outlived ol grade"
+
+    results = json.loads((out / "alice.json").read_text())
+    assert (results["version"], results["status"], results["message"], results["score"]) == (3, "pass", None, 20)
+    assert str(tmp_path) not in (out / "dave.json").read_text()
+    after = {p.name: tree_digest(p) if p.is_dir() else p.read_bytes() for p in everything}
+    assert after == before, "ol grade changed a submission"
+    assert "Graded 12 submissions" in ran.out
+    assert by_name["slow"]["status"] == "error" and "whole check" in by_name["slow"]["hint"], by_name["slow"]
+    for p in everything:
+        check_results_v3(json.loads((out / f"{p.name}.json").read_text()))
+
+
+def check_results_v3(results: dict) -> None:
+    """The rules of exercism's test-runner results, version 3 (building/tooling/test-runners/interface.md)."""
+    assert results["version"] == 3
+    assert results["status"] in ("pass", "fail", "error")
+    if results["status"] == "error":
+        assert isinstance(results["message"], str) and results["message"], results
+    else:
+        assert results["message"] is None, "a top-level message only with status error"
+        statuses = {t["status"] for t in results["tests"]}
+        assert (results["status"] == "pass") == (statuses == {"pass"}), results["status"]
+    for test in results["tests"]:
+        assert isinstance(test["name"], str) and test["name"]
+        assert test["status"] in ("pass", "fail", "error")
+        assert (test["message"] is None) == (test["status"] == "pass")
+        assert isinstance(test["test_code"], str) and test["test_code"].strip()
+        assert "task_id" not in test or isinstance(test["task_id"], int)
+        assert "/tmp/" not in (test["message"] or "") and "/work/" not in (test["message"] or "")
+    assert "/tmp/" not in (results["message"] or "")
+
+
+def test_grade_refuses_a_missing_submission(tmp_path):
+    ran = ol("grade", "L10.8", str(tmp_path / "nobody"), "--out", str(tmp_path / "out"))
+    assert ran.code == 2 and "no such submission" in ran.err
+
+
+def test_points_come_from_the_catalog(tmp_path):
+    course = tmp_path / "course-root"
+    course.mkdir()
+    for part in ("fixtures", "solutions"):
+        os.symlink(ROOT / part, course / part)
+    # A copy of the course whose first test is worth 5 points.
+    shutil.copytree(ROOT / "course", course / "course", ignore=shutil.ignore_patterns("__pycache__"))
+    toml = course / "course" / "modules" / "L10.8.toml"
+    toml.write_text(toml.read_text().replace('name = "hand_example_prompt_lookup"\n',
+                                             'name = "hand_example_prompt_lookup"\npoints = 5\n', 1))
+    stub = make_folder(tmp_path / "subs", "stub", STUB.read_text().replace(
+        "def prompt_lookup", "def prompt_lookup_stub") + "\n" + _prompt_lookup_source())
+    out = tmp_path / "out"
+    ran = ol("grade", "L10.8", str(stub), "--ref-deps", "--out", str(out), env={"OL_COURSE_ROOT": str(course)},
+             limit=200)
+    assert ran.code == 0, ran.text
+    row = list(csv.reader((out / "grades.csv").open()))[1]
+    # prompt_lookup's two tests pass: the hand example's 5 points and the recorded contexts' 1.
+    assert row[1:4] == ["6", "24", "fail"], row
+
+
+def _prompt_lookup_source() -> str:
+    """The reference's prompt_lookup, on its own (the stub keeps its other functions unwritten)."""
+    text = (REFERENCE / "spec.py").read_text()
+    start = text.index("def prompt_lookup(")
+    end = text.index("\ndef ", start + 1)
+    return text[start:end]
