@@ -77,7 +77,7 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
         slot = slots.get()
         try:
             progress.begin()
-            graded = _grade_in_worker(module.id, path, name, slot, ref_deps, timeout, limit)
+            graded = grade_in_worker(module.id, path, name, slot, ref_deps, timeout, limit)
         finally:
             slots.put(slot)
         (out_dir / f"{name}.json").write_text(json.dumps(graded.results, indent=2) + "\n")
@@ -120,8 +120,9 @@ def _unique_names(paths: list[Path]) -> list[str]:
     return names
 
 
-def _grade_in_worker(module_id: str, path: Path, name: str, slot: int, ref_deps: bool, timeout: float | None,
-                     limit: float) -> Graded:
+def grade_in_worker(module_id: str, path: Path, name: str, slot: int, ref_deps: bool, timeout: float | None,
+                    limit: float, hints: bool = True) -> Graded:
+    """One submission graded by ``python -m grader.submission``, bounded from here too."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ol-grade-out-") as tmp:
         out = Path(tmp) / "results.json"
@@ -129,6 +130,8 @@ def _grade_in_worker(module_id: str, path: Path, name: str, slot: int, ref_deps:
                    "--slot", str(slot), "--limit", str(limit)]
         if ref_deps:
             command.append("--ref-deps")
+        if not hints:
+            command.append("--no-hints")
         if timeout:
             command += ["--timeout", str(timeout)]
         env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}

@@ -36,7 +36,8 @@ class BadSubmission(Exception):
 
 
 def locate_package(root: Path) -> Path:
-    """The ``tinyllm`` folder in ``root``: at its top, one folder down, or ``root`` itself."""
+    """The ``tinyllm`` folder in ``root``: at its top, one folder down, ``root`` itself, or (no such
+    folder anywhere) ``root`` when it holds ``.py`` files."""
     if root.name == PACKAGE and root.is_dir() and not root.is_symlink():
         return root
     direct = root / PACKAGE
@@ -48,7 +49,9 @@ def locate_package(root: Path) -> Path:
         return nested[0]
     if nested:
         raise BadSubmission(f"several tinyllm/ folders: {', '.join(str(p.relative_to(root)) for p in nested)}")
-    raise BadSubmission("no tinyllm/ folder (looked at the top and one folder down)")
+    if any(p.is_file() for p in root.glob("*.py")):
+        return root    # the files alone, as a platform's upload form keeps them
+    raise BadSubmission("no tinyllm/ folder (looked at the top and one folder down) and no .py file at the top")
 
 
 def copy_package(submission: Path, dest: Path) -> Path:
@@ -93,7 +96,7 @@ def _extract_package(archive: Path, package: Path) -> None:
 
 
 def grade_one(module_id: str, submission: Path, ref_deps: bool, timeout: float | None, limit: float | None,
-              box: sandbox.Sandbox) -> dict:
+              box: sandbox.Sandbox, hints: bool = True) -> dict:
     """The results of one submission (``ol check --json``'s format plus its score and hint)."""
     catalog = load_catalog()
     module = catalog.get(module_id)
@@ -113,7 +116,7 @@ def grade_one(module_id: str, submission: Path, ref_deps: bool, timeout: float |
             return _with_score(CheckResult.failed_to_run(module.id, f"missing from the submission: {why}{hint}", module))
         impl = assemble.build(assemble.plan(catalog, module, ws, ref_deps), Path(tmp) / "impl")
         box.share(impl)
-        result, _ = evaluate(catalog, module, impl, timeout, limit=limit, sandbox=box)
+        result, _ = evaluate(catalog, module, impl, timeout, limit=limit, sandbox=box, diagnose_failures=hints)
     return _with_score(result)
 
 
@@ -132,12 +135,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--ref-deps", action="store_true")
     parser.add_argument("--timeout", type=float)
     parser.add_argument("--limit", type=float)
+    parser.add_argument("--no-hints", action="store_true")
     args = parser.parse_args(argv)
     sandbox.become_subreaper()
     sandbox.hide_memory()
     box = sandbox.for_slot(args.slot)
     try:
-        results = grade_one(args.module, args.submission, args.ref_deps, args.timeout, args.limit, box)
+        results = grade_one(args.module, args.submission, args.ref_deps, args.timeout, args.limit, box,
+                            hints=not args.no_hints)
     except OlError as err:
         results = {**CheckResult.failed_to_run(args.module, str(err)).as_json(), "score": 0.0, "max_score": 0.0,
                    "hint": "", "grader_error": True}
