@@ -100,6 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--ref-deps", action="store_true", help="take the modules this one needs from the reference")
     grade.add_argument("--timeout", type=float, metavar="S", help="seconds each test may run (default: the module's)")
     grade.add_argument("--limit", type=float, metavar="S", help="seconds one submission's whole check may run (default 60)")
+
+    export = verbs.add_parser("export", help="for instructors: a module's autograder for Gradescope or PrairieLearn",
+                              description="Write a Gradescope autograder zip (setup.sh, run_autograder) or a PrairieLearn "
+                                          "external-grader folder (run.sh) that grades one submission as ol grade does and "
+                                          "writes the platform's results.json. See grader/README.md.")
+    export.add_argument("platform", choices=["gradescope", "prairielearn"])
+    export.add_argument("module", help="a module id, e.g. L10.8")
+    export.add_argument("--out", metavar="PATH", help="the zip (Gradescope) or folder (PrairieLearn) to write")
+    export.add_argument("--ref-deps", action="store_true", help="grade over the reference's files of the modules it needs")
+    export.add_argument("--timeout", type=float, metavar="S", help="seconds each test may run (default: the module's)")
+    export.add_argument("--limit", type=float, metavar="S", help="seconds the whole check may run (default 60; PrairieLearn 20)")
+    export.add_argument("--no-hints", action="store_true", help="no pitfall hints (skips computing the pitfalls' answers now)")
     return parser
 
 
@@ -126,6 +138,9 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.verb == "grade":
         from grader.grade import grade
         return grade(args.module, args.submissions, args.jobs, args.out, args.ref_deps, args.timeout, args.limit)
+    if args.verb == "export":
+        from grader.export import export
+        return export(args.platform, args.module, args.out, args.ref_deps, args.timeout, args.limit, not args.no_hints)
     from grader.mutants import mutants
     return mutants(args.module, args.jobs)
 
