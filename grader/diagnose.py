@@ -5,7 +5,8 @@ the test's cases (``grader.cases``) run on the learner's package, on the referen
 mutant; a pitfall *coincides* with the learner on that test when its answers equal the learner's
 on every case where the learner's part from the reference's. The reference's and the mutants'
 answers are cached on disk, keyed by the reference's files, the patch and the suite's files, so
-after the first time only the learner's answers are computed.
+after the first time only the learner's answers are computed (``ol start`` fills the cache in the
+background: :mod:`grader.warm`).
 
 How sure a hint is: a coinciding pitfall gives exactly the learner's answers on every differing
 case of the tests named (statistical tests: counts a chi-square test of homogeneity cannot tell
@@ -129,12 +130,12 @@ def has_cases(module: Module) -> bool:
 
 
 def diagnose(catalog: Catalog, module: Module, impl: Path, tests: list[str], timeout: float,
-             jobs: int = 2, sandbox: Sandbox | None = None) -> Diagnosis | None:
+             jobs: int = 2, sandbox: Sandbox | None = None, env: dict[str, str] | None = None) -> Diagnosis | None:
     """Compare the learner's answers on ``tests`` with the reference's and every pitfall's
     (the learner's computed inside ``sandbox``, when given)."""
     if not tests or not has_cases(module):
         return None
-    learner = run_worker(module, impl, tests, timeout * len(tests) + WORKER_STARTUP, sandbox)
+    learner = run_worker(module, impl, tests, timeout * len(tests) + WORKER_STARTUP, sandbox, env)
     store = AnswerStore(catalog, module)
     packages: list[Pitfall | None] = [None, *module.pitfalls]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -267,14 +268,15 @@ def _ensure(path: Path) -> Path:
     return path
 
 
-def run_worker(module: Module, impl: Path, tests: list[str], limit: float, sandbox: Sandbox | None = None) -> dict:
+def run_worker(module: Module, impl: Path, tests: list[str], limit: float, sandbox: Sandbox | None = None,
+               env: dict[str, str] | None = None) -> dict:
     """The case worker over ``impl`` in its own process group; {} if it hangs, crashes or writes nothing."""
     with tempfile.TemporaryDirectory(prefix="ol-cases-") as tmp:
         out = Path(tmp) / "answers.json"
         command = [sys.executable, "-B", "-m", "grader.case_worker", str(module.suite), str(impl), str(out), *tests]
         if sandbox is not None:
             sandbox.share(Path(tmp), writable=True)
-        child = subprocess.Popen(command, cwd=tmp, env=_worker_env(), stdin=subprocess.DEVNULL,
+        child = subprocess.Popen(command, cwd=tmp, env=worker_env(), stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                                  preexec_fn=sandbox.preexec if sandbox is not None else None)
         try:
@@ -298,7 +300,7 @@ def run_worker(module: Module, impl: Path, tests: list[str], limit: float, sandb
     return found if isinstance(found, dict) else {}
 
 
-def _worker_env() -> dict[str, str]:
+def worker_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTHONPATH": str(REPO)})
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -313,7 +315,7 @@ def _tree_digest(folder: Path) -> str:
 def _suite_digest(module: Module) -> str:
     """The suite's folder, the case framework and the module's fixtures: what the answers depend on."""
     parts = [p.name.encode() + b"\0" + p.read_bytes() for p in sorted(module.suite.parent.glob("*.py"))]
-    parts.append(Path(__file__).with_name("cases.py").read_bytes())
+    parts += [Path(__file__).with_name(name).read_bytes() for name in ("cases.py", "case_worker.py")]
     parts += [f.sha256.encode() for f in module.fixtures]
     return _digest(parts)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from grader.catalog import Catalog, Module, load_catalog
 from grader.errors import GraderError, UsageError
 from grader.lab import remember_workspace
+from grader.warm import warm_in_background
 from grader.workspace import Workspace, resolve_workspace
 
 
@@ -35,6 +36,9 @@ def start(module_id: str, workspace: str | None = None, force: bool = False) -> 
         print(f"Wrote {ws.learner_file(name)}")
     remember_workspace(ws.root, catalog.root)  # for notebooks opened without ol lab
     print(_next_steps(catalog, module, ws))
+    if warm_in_background(module):
+        print(f"\n(ol is computing the named pitfalls' answers in the background, at low priority, so that "
+              f"ol check's hints come quickly.)")
     return 0
 
 

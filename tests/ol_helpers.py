@@ -43,6 +43,7 @@ def ol(*args: str, workspace: Path | None = None, env: dict[str, str] | None = N
     full_env = {k: v for k, v in os.environ.items() if k not in ("OL_IMPL", "OL_WORKSPACE", "OL_COURSE_ROOT")}
     full_env["PYTHONPATH"] = str(ROOT)
     full_env["OL_CACHE_DIR"] = str(ANSWER_CACHE)
+    full_env["OL_NO_WARM"] = "1"  # no background warmer competing with the tests for the CPU
     full_env["OL_LAST_WORKSPACE_FILE"] = ""  # scratch workspaces are not the learner's last one
     full_env.update(env or {})
     started = time.monotonic()

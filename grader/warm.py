@@ -1,0 +1,51 @@
+"""Fill the answer cache of a module's hints ahead of the first failing check.
+
+    python -m grader.warm MODULE
+
+``ol start`` runs this detached, at the lowest CPU priority: while the learner reads the card and
+writes code, the reference's and every named pitfall's answers to the module's cases are computed
+(about a minute of CPU for L10.8), so the first ``ol check`` that fails gets its hints in seconds.
+One warmer per module at a time (a lock file in the cache); ``OL_NO_WARM=1`` turns it off.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+
+from grader.catalog import Module, load_catalog
+from grader.diagnose import AnswerStore, cache_dir, has_cases, worker_env
+
+NO_WARM_ENV = "OL_NO_WARM"
+
+
+def warm_in_background(module: Module) -> bool:
+    """Start a detached warmer for ``module``; False when turned off or there is nothing to warm."""
+    if os.environ.get(NO_WARM_ENV) or not module.pitfalls or not has_cases(module):
+        return False
+    subprocess.Popen([sys.executable, "-B", "-m", "grader.warm", module.id], env=worker_env(),
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True, preexec_fn=lambda: os.nice(19))
+    return True
+
+
+def warm(module_id: str) -> int:
+    catalog = load_catalog()
+    module = catalog.get(module_id)
+    folder = cache_dir() / module.id
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "warming.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # another warmer is at it
+        store = AnswerStore(catalog, module)
+        for pitfall in [None, *module.pitfalls]:
+            store.answers(pitfall, module.test_names, module.timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(warm(sys.argv[1]))
