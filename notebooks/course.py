@@ -572,6 +572,7 @@ def refresh() -> bool:
         return False
     if not was_learner:  # the file did not import when the notebook started; now it does
         session.running.source, session.running.why = "learner", ""
+        session.running.learner_file = session.watched
     return True
 
 

@@ -364,6 +364,8 @@ def test_a_file_that_did_not_import_at_first_runs_once_fixed(tmp_path, monkeypat
     (ws / "tinyllm" / "spec.py").write_text(REFERENCE_SPEC.read_text() + '\nWHOSE = "learner"\n')
     assert course.refresh()
     assert tl.running.learner and tl.spec.WHOSE == "learner"
+    assert tl.running.learner_file == ws / "tinyllm" / "spec.py"
+    assert str(ws / "tinyllm" / "spec.py") in course.banner_text(tl.running)
 
 
 # --- Pictures before code: a stub draws with the reference, labelled ------------------------------
