@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import assemble
+from grader import assemble, isolation, sandbox
 from grader.catalog import Catalog, Module, check_fixtures, load_catalog
 from grader.diagnose import Diagnosis, diagnose
 from grader.errors import OlError, UsageError
@@ -81,8 +81,8 @@ def evaluate(catalog: Catalog, module: Module, impl: Path, timeout: float | None
     started = time.monotonic()
     run = run_suite(module, impl, timeout=timeout, keyword=keyword, limit=limit, on_outcome=on_outcome, **run_options)
     seconds = time.monotonic() - started
-    diagnosis = (_diagnose(catalog, module, impl, run, timeout, announce_diagnosis, run_options.get("sandbox"))
-                 if diagnose_failures else None)
+    diagnosis = (_diagnose(catalog, module, impl, run, timeout, announce_diagnosis, run_options.get("sandbox"),
+                           run_options.get("env")) if diagnose_failures else None)
     stopped = run.problem or run.broken
     if stopped:
         status = "error"
@@ -94,10 +94,13 @@ def evaluate(catalog: Catalog, module: Module, impl: Path, timeout: float | None
 
 
 def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, keyword: str | None = None,
-          timeout: float | None = None, json_path: str | None = None, verbose: bool = False) -> int:
+          timeout: float | None = None, json_path: str | None = None, verbose: bool = False,
+          isolate: bool = False) -> int:
     """Check ``module_id`` in the workspace: 0 when every selected test passes, 1 otherwise.
 
     ``verbose`` also prints pytest's own report of each failure (tracebacks, assertion details).
+    ``isolate`` runs the learner's code in a sandboxed process of its own (:mod:`grader.isolation`),
+    as ``ol grade`` and the platform exports do: slower, and a verdict the code cannot forge.
 
     Usage problems raise :class:`UsageError` (exit 2), a grader that cannot run
     :class:`GraderError` (exit 3); with ``json_path`` either is also written there as an error.
@@ -120,8 +123,14 @@ def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
         print(f"Checking {module.id} ({module.title}) in {ws.root}")
         _print_sources(sources)
         with tempfile.TemporaryDirectory(prefix="ol-check-") as tmp:
-            impl = assemble.build(sources, Path(tmp))
-            result, run = evaluate(catalog, module, impl, timeout, keyword, _OutcomePrinter(), announce_diagnosis=True)
+            if isolate:
+                box = sandbox.claim()
+                impl, env = isolation.prepare(sources, Path(tmp), box)
+                result, run = evaluate(catalog, module, impl, timeout, keyword, _OutcomePrinter(), announce_diagnosis=True,
+                                       sandbox=box.judge(), env=env)
+            else:
+                impl = assemble.build(sources, Path(tmp))
+                result, run = evaluate(catalog, module, impl, timeout, keyword, _OutcomePrinter(), announce_diagnosis=True)
         result.paths += (str(ws.root),)
     except OlError as err:
         if json_path:
@@ -144,7 +153,7 @@ def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
 
 
 def _diagnose(catalog: Catalog, module: Module, impl: Path, run: SuiteRun, timeout: float | None,
-              announce: bool, sandbox=None) -> Diagnosis | None:
+              announce: bool, sandbox=None, env: dict[str, str] | None = None) -> Diagnosis | None:
     """Compare the learner's answers on the tests that failed on an assertion with each named pitfall's.
 
     Tests that failed on a stub, a crash, a timeout or a broken import are left out: their message
@@ -158,7 +167,7 @@ def _diagnose(catalog: Catalog, module: Module, impl: Path, run: SuiteRun, timeo
     if announce:
         print(f"\nComparing your answers on {_plural(len(failed), 'failing test')} with the reference's and each "
               "named pitfall's ...", flush=True)
-    return diagnose(catalog, module, impl, failed, timeout or module.timeout, sandbox=sandbox)
+    return diagnose(catalog, module, impl, failed, timeout or module.timeout, sandbox=sandbox, env=env)
 
 
 def _is_stub(message: str | None) -> bool:

@@ -29,6 +29,7 @@ from pathlib import Path
 from grader.catalog import Catalog, Module, check_fixtures, load_catalog
 from grader.errors import UsageError
 from grader.grade import DEFAULT_LIMIT, grade_in_worker
+from grader.sandbox import claim
 
 PLATFORMS = ("gradescope", "prairielearn")
 CONFIG = "ol-export.json"
@@ -52,6 +53,8 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
 fi
 "$PY" -m pip install --quiet "$HERE/ol"
 echo "$PY" > "$HERE/ol-python"
+# The learner's code runs as another user: it must not read the suite, the fixtures or the reference.
+chmod -R go-rwx "$HERE"
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
@@ -68,6 +71,8 @@ RUN_SH = """#!/usr/bin/env bash
 # /grade/student, write /grade/results/results.json (OL_GRADE_DIR moves /grade, for a local run).
 HERE="$(cd "$(dirname "$0")" && pwd)"
 PY="${OL_PYTHON:-python3}"
+# The learner's code runs as another user: it must not read the suite, the fixtures or the reference.
+chmod -R go-rwx "$HERE" 2>/dev/null || true
 export OL_COURSE_ROOT="$HERE/ol" OL_CACHE_DIR="${OL_CACHE_DIR:-$HERE/ol-cache}" PYTHONPATH="$HERE/ol"
 exec "$PY" -B -m grader.export run prairielearn --config "$HERE/ol-export.json"
 """
@@ -164,7 +169,7 @@ def run_platform(platform: str, config_path: Path) -> int:
         submission, results_path = base / "student", base / "results" / "results.json"
     module = load_catalog().get(config["module"])
     try:
-        results = grade_in_worker(module.id, submission, submission.name, 0, bool(config.get("ref_deps")),
+        results = grade_in_worker(module.id, submission, submission.name, claim(), bool(config.get("ref_deps")),
                                   config.get("timeout"), float(config["limit"]), bool(config.get("hints", True))).results
     except Exception as err:  # ol failed, not the submission: say so rather than leave no results
         results = {"status": "error", "message": f"the grader failed: {type(err).__name__}: {err}", "tests": [],

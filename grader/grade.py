@@ -25,6 +25,7 @@ from pathlib import Path
 from grader.catalog import check_fixtures, load_catalog
 from grader.errors import UsageError
 from grader.run import STARTUP_ALLOWANCE, run_limit
+from grader.sandbox import Sandbox, claim
 
 CSV_HEADER = ["submission", "score", "max_score", "status", "failed_tests", "hint"]
 # The whole check of one submission, unless --limit says otherwise: far above an honest
@@ -67,9 +68,9 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     limit = limit or min(DEFAULT_LIMIT, run_limit(module, timeout or module.timeout))
     names = _unique_names(paths)
     progress = _Progress(len(paths))
-    slots: queue.Queue[int] = queue.Queue()
-    for slot in range(jobs):
-        slots.put(slot)
+    slots: queue.Queue[Sandbox] = queue.Queue()
+    for _ in range(jobs):
+        slots.put(claim())
     started = time.monotonic()
 
     def one(item: tuple[Path, str]) -> Graded:
@@ -120,14 +121,14 @@ def _unique_names(paths: list[Path]) -> list[str]:
     return names
 
 
-def grade_in_worker(module_id: str, path: Path, name: str, slot: int, ref_deps: bool, timeout: float | None,
+def grade_in_worker(module_id: str, path: Path, name: str, slot: Sandbox, ref_deps: bool, timeout: float | None,
                     limit: float, hints: bool = True) -> Graded:
     """One submission graded by ``python -m grader.submission``, bounded from here too."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ol-grade-out-") as tmp:
         out = Path(tmp) / "results.json"
         command = [sys.executable, "-B", "-m", "grader.submission", module_id, str(path.resolve()), str(out),
-                   "--slot", str(slot), "--limit", str(limit)]
+                   "--sandbox", slot.to_env(), "--limit", str(limit)]
         if ref_deps:
             command.append("--ref-deps")
         if not hints:
@@ -142,6 +143,7 @@ def grade_in_worker(module_id: str, path: Path, name: str, slot: int, ref_deps: 
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
             child.communicate()
+            slot.reap()
             return Graded(name, _error(module_id, f"grading took longer than {limit + WORKER_MARGIN:g} s and was stopped"),
                           time.monotonic() - started)
         try:

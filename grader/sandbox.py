@@ -13,17 +13,23 @@ cannot write anything of ol's or touch its processes.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# Unprivileged users for sandboxed code, one per grading slot so their process limits are separate.
+from grader.errors import GraderError
+
+# Unprivileged users for sandboxed code: each ol run claims its own (one per grading slot), so
+# process limits and the final kill never reach another run's processes.
 FIRST_UID = 61000
+USERS = 512
 ADDRESS_SPACE = 4 << 30
 FILE_SIZE = 64 << 20
 PROCESSES = 64
@@ -42,6 +48,22 @@ class Sandbox:
     uid: int | None = None          # run as this user (ol is root), or None: ol's own user
     read_capability: bool = False   # keep CAP_DAC_READ_SEARCH (the interpreter is out of the user's reach)
     processes: int = PROCESSES
+    reaps: int | None = None        # also kill this user's processes after a run (the judge of an isolated check)
+
+    def to_env(self) -> str:
+        """This sandbox as one environment variable's value (for the judge that starts the learner's process)."""
+        return "" if self.uid is None else f"{self.uid}:{int(self.read_capability)}"
+
+    @classmethod
+    def from_env(cls, text: str) -> "Sandbox":
+        if not text:
+            return cls()
+        uid, capability = text.split(":")
+        return cls(int(uid), capability == "1")
+
+    def judge(self) -> "Sandbox":
+        """Limits only, for the judge of an isolated check, which then kills what this sandbox's user left."""
+        return Sandbox(reaps=self.uid)
 
     def preexec(self) -> None:
         """Runs in the child between fork and exec: limits first, then the user."""
@@ -71,30 +93,60 @@ class Sandbox:
             for name in files:
                 os.chmod(os.path.join(root, name), 0o644)
 
+    def traverse(self, path: Path) -> None:
+        """Let the sandbox's user pass through ol's temporary folders above ``path`` (not list or
+        read them); a folder that is not ol's (``ol-*`` and what it made inside) is left as it is."""
+        if self.uid is None:
+            return
+        for folder in Path(path).resolve().parents:
+            mode = folder.stat().st_mode
+            if mode & 0o001:
+                return
+            if not any(part.startswith("ol-") for part in folder.parts):
+                return
+            os.chmod(folder, mode | 0o001)
+
     def reap(self) -> None:
         """Kill every process the sandbox's user still runs (daemons that left their process group)."""
-        if self.uid is None:
+        uid = self.uid if self.uid is not None else self.reaps
+        if uid is None:
             return
         for _ in range(5):
             pid = os.fork()
             if pid == 0:
                 try:
-                    os.setuid(self.uid)
+                    os.setuid(uid)
                     os.kill(-1, signal.SIGKILL)
                 finally:
                     os._exit(0)
             os.waitpid(pid, 0)
-            if not _runs_processes(self.uid):
+            if not _runs_processes(uid):
                 return
             time.sleep(0.05)
 
 
-def for_slot(slot: int) -> Sandbox:
-    """The sandbox of grading slot ``slot``: a user of its own when ol is root, else limits only."""
+def claim() -> Sandbox:
+    """A sandbox of this process's own: a user no other ol run holds (a lock held until this
+    process exits) when ol is root, else limits only."""
     if os.geteuid() != 0:
         return Sandbox()
-    uid = FIRST_UID + slot
-    return Sandbox(uid, read_capability=not _interpreter_reachable(uid))
+    locks = Path(tempfile.gettempdir()) / "ol-sandbox-users"
+    locks.mkdir(mode=0o700, exist_ok=True)
+    for uid in range(FIRST_UID, FIRST_UID + USERS):
+        fd = os.open(locks / str(uid), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        _CLAIMED.append(fd)
+        box = Sandbox(uid, read_capability=not _interpreter_reachable(uid))
+        box.reap()    # what a run that crashed may have left
+        return box
+    raise GraderError(f"every sandbox user ({FIRST_UID}-{FIRST_UID + USERS - 1}) is held by another ol run")
+
+
+_CLAIMED: list[int] = []
 
 
 def become_subreaper() -> None:

@@ -19,7 +19,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from grader import assemble, sandbox
+from grader import assemble, isolation, sandbox
 from grader.catalog import check_fixtures, load_catalog
 from grader.check import CheckResult, evaluate
 from grader.errors import OlError
@@ -96,7 +96,7 @@ def _extract_package(archive: Path, package: Path) -> None:
 
 
 def grade_one(module_id: str, submission: Path, ref_deps: bool, timeout: float | None, limit: float | None,
-              box: sandbox.Sandbox, hints: bool = True) -> dict:
+              box: sandbox.Sandbox, hints: bool = True, isolate: bool = True) -> dict:
     """The results of one submission (``ol check --json``'s format plus its score and hint)."""
     catalog = load_catalog()
     module = catalog.get(module_id)
@@ -114,9 +114,16 @@ def grade_one(module_id: str, submission: Path, ref_deps: bool, timeout: float |
             hint = "" if ref_deps or not set(missing) - set(module.learner_files) else \
                 " (grade with --ref-deps to take the modules it needs from the reference)"
             return _with_score(CheckResult.failed_to_run(module.id, f"missing from the submission: {why}{hint}", module))
-        impl = assemble.build(assemble.plan(catalog, module, ws, ref_deps), Path(tmp) / "impl")
-        box.share(impl)
-        result, _ = evaluate(catalog, module, impl, timeout, limit=limit, sandbox=box, diagnose_failures=hints)
+        sources = assemble.plan(catalog, module, ws, ref_deps)
+        if isolate:
+            judge_impl, env = isolation.prepare(sources, Path(tmp) / "isolated", box)
+            result, _ = evaluate(catalog, module, judge_impl, timeout, limit=limit, sandbox=box.judge(), env=env,
+                                 diagnose_failures=hints)
+            result.paths += (env[isolation.LEARNER_IMPL_ENV],)
+        else:
+            impl = assemble.build(sources, Path(tmp) / "impl")
+            box.share(impl)
+            result, _ = evaluate(catalog, module, impl, timeout, limit=limit, sandbox=box, diagnose_failures=hints)
     return _with_score(result)
 
 
@@ -131,7 +138,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("module")
     parser.add_argument("submission", type=Path)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--slot", type=int, default=0)
+    parser.add_argument("--sandbox", default=None, help="the sandbox's user, as Sandbox.to_env writes it")
     parser.add_argument("--ref-deps", action="store_true")
     parser.add_argument("--timeout", type=float)
     parser.add_argument("--limit", type=float)
@@ -139,7 +146,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     sandbox.become_subreaper()
     sandbox.hide_memory()
-    box = sandbox.for_slot(args.slot)
+    box = sandbox.Sandbox.from_env(args.sandbox) if args.sandbox is not None else sandbox.claim()
     try:
         results = grade_one(args.module, args.submission, args.ref_deps, args.timeout, args.limit, box,
                             hints=not args.no_hints)

@@ -1,0 +1,537 @@
+"""Isolated checks: the learner's code never shares a process with what decides pass or fail.
+
+In an isolated check the graded suite runs in the *judge* (the pytest process with ol's recorder,
+as in any check), but ``tinyllm.<file>`` for each file the learner wrote is a stand-in: every
+call into it goes over RPyC to the *learner process* (:mod:`grader.learner_server`), which alone
+imports the learner's package, runs inside a :class:`~grader.sandbox.Sandbox` (its own user when
+ol is root), and sends back only data. The cases, their expected answers and the judging stay in
+the judge, built from the suite, the fixtures and the reference's given files; the learner's
+process sees the arguments of each call and nothing else of the suite, and has no way to the
+recorder's pipe, ol's processes or their files.
+
+What stands in for the learner's names in the judge:
+
+- a function: a :class:`RemoteFunction` (the call runs there, its result comes back as data);
+- an enum: a local ``Enum`` with the same members (members travel by name);
+- an exception class: a local class of the same name deriving from the same builtin;
+- a dataclass: construction runs there; instances come back as a local dataclass with the
+  same fields (``dataclasses.fields`` and attribute access work; methods run there);
+- any other class: construction runs there; the judge holds a :class:`Handle` to the instance,
+  and its attributes and methods run there;
+- a constant: its value.
+
+Results come back as JSON and are decoded here into plain data, so nothing the learner's code
+returns can run code in the judge (an object whose ``__eq__`` says True stays a handle, never a
+value compared as equal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import io
+import json
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import rpyc
+from rpyc.core.stream import SocketStream
+
+from grader import learner_server
+from grader.learner_server import NUMERIC_KINDS, RPC_CONFIG, RPC_FD_ENV, Objects, builtin_base, kept, rebuild, resolve
+from grader.sandbox import Sandbox
+
+LEARNER_IMPL_ENV = "OL_LEARNER_IMPL"
+LEARNER_SANDBOX_ENV = "OL_LEARNER_SANDBOX"
+SERVER = "ol_learner_server.py"
+PROXY = '''"""The learner's tinyllm/{name}, running in a process of its own (grader.isolation)."""
+from grader.isolation import bind_module
+
+bind_module(__name__, globals())
+'''
+MAX_DEPTH = 200
+
+
+class LearnerGone(RuntimeError):
+    """The learner's process ended (it exited, crashed or was killed) while the judge needed it."""
+
+
+# --- ol's side: lay out the two packages ---------------------------------------------------------
+
+def prepare(sources, root: Path, box: Sandbox) -> tuple[Path, dict[str, str]]:
+    """Lay out the learner's package (all of ``sources``) and the judge's (the reference's files as
+    they are, stand-ins for the learner's) under ``root``; return the judge's ``OL_IMPL`` and the
+    environment the judge needs to start the learner's process."""
+    from grader import assemble
+
+    learner = assemble.build(sources, root / "learner")
+    shutil.copyfile(Path(learner_server.__file__), learner / SERVER)
+    box.share(learner)
+    box.traverse(learner)
+    judge = root / "judge" / "tinyllm"
+    judge.mkdir(parents=True)
+    judge.parent.chmod(0o700)
+    for source in sources:
+        if source.origin == "reference":
+            shutil.copyfile(source.path, judge / source.name)
+        else:
+            (judge / source.name).write_text(PROXY.format(name=source.name))
+    return judge.parent, {LEARNER_IMPL_ENV: str(learner), LEARNER_SANDBOX_ENV: box.to_env()}
+
+
+# --- the judge's side -------------------------------------------------------------------------------
+
+class _Session:
+    """One learner process and the connection to it."""
+
+    generation = 0
+
+    def __init__(self) -> None:
+        impl = os.environ[LEARNER_IMPL_ENV]
+        box = Sandbox.from_env(os.environ.get(LEARNER_SANDBOX_ENV, ""))
+        mine, theirs = socket.socketpair()
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": impl, "OL_IMPL": impl,
+               RPC_FD_ENV: str(theirs.fileno()), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
+               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.process = subprocess.Popen([sys.executable, "-B", "-s", str(Path(impl) / SERVER)], cwd=impl, env=env,
+                                        pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=box.preexec)
+        theirs.close()
+        self.conn = rpyc.connect_stream(SocketStream(mine), service=JudgeService, config=RPC_CONFIG)
+        _Session.generation += 1
+        self.generation = _Session.generation
+        root = self.conn.root
+        self.remote_describe = root.describe
+        self.remote_invoke = root.invoke
+
+    def gone(self, err: BaseException) -> LearnerGone:
+        status = self.process.poll()
+        if status is None:
+            try:
+                status = self.process.wait(1)
+            except subprocess.TimeoutExpired:
+                status = None
+        how = ("stopped answering" if status is None else f"was killed by signal {-status}" if status < 0
+               else f"exited with status {status}")
+        return LearnerGone(f"the process running the code under test {how} (did the code call os._exit or crash?)")
+
+
+_SESSION: _Session | None = None
+
+
+def _session() -> _Session:
+    global _SESSION
+    if _SESSION is None or _SESSION.process.poll() is not None:
+        _SESSION = _Session()
+    return _SESSION
+
+
+def _reply(call, *args) -> dict:
+    session = _session()
+    try:
+        text = call(session, *args)
+    except (EOFError, OSError) as err:
+        raise session.gone(err) from None
+    if type(text) is not str:
+        raise LearnerGone("the process running the code under test answered with something other than data")
+    data = json.loads(text)
+    if type(data) is not dict:
+        raise LearnerGone("the process running the code under test answered with something other than data")
+    return data
+
+
+def invoke(op: str, spec: tuple, args=(), kwargs=None):
+    """Run ``op`` (call, getattr, ...) on ``spec`` in the learner's process; the result, decoded."""
+    args, kwargs = list(args), dict(kwargs or {})
+    payload = _dumps((op, spec, args, kwargs))
+    data = _reply(lambda s, p: s.remote_invoke(p), payload)
+    if "raise" in data:
+        raise _exception(data["raise"])
+    for key, state in data.get("after") or []:
+        _copy_back(args[key] if type(key) is int and 0 <= key < len(args) else kwargs.get(key), state)
+    return decode(data.get("ok"))
+
+
+def bind_module(name: str, namespace: dict) -> None:
+    """Fill a stand-in module's namespace from the learner's module of the same name."""
+    for key, value in _described(name).items():
+        namespace[key] = value
+
+
+_DESCRIBED: dict[str, dict] = {}
+_ENUMS: dict[tuple[str, str], type] = {}
+_ERRORS: dict[tuple[str, str], type] = {}
+_CLASSES: dict[tuple[str, str], type] = {}
+_DATACLASSES: dict[tuple[str, str, tuple], type] = {}
+
+
+def _described(name: str) -> dict:
+    if name not in _DESCRIBED:
+        data = _reply(lambda s, n: s.remote_describe(n), name)
+        if "raise" in data:
+            module, qualname, _, message = _strings(data["raise"], 4)
+            raise ImportError(f"{qualname}: {message}" if message else qualname)
+        _DESCRIBED[name] = {e["name"]: _stand_in(e) for e in data["ok"]}
+    return _DESCRIBED[name]
+
+
+def _stand_in(entry: dict):
+    kind = entry["kind"]
+    if kind == "value":
+        return decode(entry["value"])
+    module, qualname = _strings(entry["path"], 2)
+    short = qualname.rsplit(".", 1)[-1]
+    if kind == "function":
+        return RemoteFunction(module, qualname)
+    if kind == "enum":
+        key = (module, qualname)
+        if key not in _ENUMS:
+            members = [(str(m), decode(v)) for m, v in entry["members"]]
+            _ENUMS[key] = enum.Enum(short, members, module=module, qualname=qualname)
+        return _ENUMS[key]
+    if kind == "exception":
+        return _error_class(module, qualname, str(entry.get("base", "Exception")))
+    if kind not in ("class", "dataclass"):
+        raise ImportError(f"unknown kind of name {kind!r}")
+    key = (module, qualname)
+    if key not in _CLASSES:
+        _CLASSES[key] = _RemoteMeta(short, (Handle,), {"__module__": module, "__qualname__": qualname,
+                                                        "_ol_path": (module, qualname)})
+    return _CLASSES[key]
+
+
+def _error_class(module: str, qualname: str, base: str) -> type:
+    key = (module, qualname)
+    if key not in _ERRORS:
+        builtin = getattr(__import__("builtins"), base, Exception)
+        if not (isinstance(builtin, type) and issubclass(builtin, Exception)):
+            builtin = Exception
+        _ERRORS[key] = type(qualname.rsplit(".", 1)[-1], (builtin,), {"__module__": module, "__qualname__": qualname})
+    return _ERRORS[key]
+
+
+def _exception(raised) -> BaseException:
+    module, qualname, base, message = _strings(raised, 4)
+    if module == "builtins" and base == qualname:
+        cls = getattr(__import__("builtins"), qualname, Exception)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            return cls(message)
+    return _error_class(module, qualname, base)(message)
+
+
+def _strings(value, n: int) -> list[str]:
+    if type(value) is not list or len(value) != n or not all(type(v) is str for v in value):
+        raise LearnerGone("the process running the code under test sent a malformed reply")
+    return value
+
+
+class RemoteFunction:
+    """A function of the learner's package: calling it runs it in the learner's process."""
+
+    def __init__(self, module: str, qualname: str) -> None:
+        self._ol_path = (module, qualname)
+        self.__name__ = qualname.rsplit(".", 1)[-1]
+        self.__qualname__ = qualname
+        self.__module__ = module
+
+    def __call__(self, *args, **kwargs):
+        return invoke("call", ("path", *self._ol_path), args, kwargs)
+
+    def __reduce__(self):
+        return resolve, self._ol_path
+
+    def __repr__(self) -> str:
+        return f"<{self._ol_path[0]}.{self._ol_path[1]} (in the learner's process)>"
+
+
+class Handle:
+    """An object that lives in the learner's process; its attributes and methods run there."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name.startswith("_ol_"):
+            raise AttributeError(name)
+        return invoke("getattr", self._ol_spec(), [name])
+
+    def _ol_spec(self) -> tuple:
+        if self._ol_generation != _session().generation:
+            raise LearnerGone("this object belonged to a process of the code under test that has ended")
+        return ("kept", self._ol_number)
+
+    def __call__(self, *args, **kwargs):
+        return invoke("call", self._ol_spec(), args, kwargs)
+
+    def __len__(self) -> int:
+        return _int(invoke("len", self._ol_spec()))
+
+    def __iter__(self):
+        return iter(invoke("iter", self._ol_spec()))
+
+    def __getitem__(self, key):
+        return invoke("getitem", self._ol_spec(), [key])
+
+    def __contains__(self, item) -> bool:
+        return invoke("contains", self._ol_spec(), [item]) is True
+
+    def __bool__(self) -> bool:
+        return invoke("bool", self._ol_spec()) is True
+
+    def __repr__(self) -> str:
+        text = invoke("repr", self._ol_spec())
+        return text if type(text) is str else "<object of the code under test>"
+
+    def __reduce__(self):
+        return kept, (self._ol_number,)
+
+
+def _int(value) -> int:
+    if type(value) is not int:
+        raise TypeError("the code under test's __len__ did not give an int")
+    return value
+
+
+class _RemoteMeta(type):
+    """A class of the learner's package: constructing it, and its class attributes, run there."""
+
+    def __call__(cls, *args, **kwargs):
+        return invoke("call", ("path", *cls._ol_path), args, kwargs)
+
+    def __getattr__(cls, name: str):
+        if name.startswith("__") or name.startswith("_ol_"):
+            raise AttributeError(name)
+        return invoke("getattr", ("path", *cls._ol_path), [name])
+
+    def __reduce__(cls):
+        return resolve, cls._ol_path
+
+
+_HANDLES: dict[tuple[int, int], Handle] = {}
+
+
+def _handle(number: int, kind) -> Handle:
+    generation = _session().generation
+    key = (generation, number)
+    if key not in _HANDLES:
+        module, qualname = _strings(kind, 2)
+        cls = _CLASSES.get((module, qualname), Handle)
+        handle = object.__new__(cls)
+        object.__setattr__(handle, "_ol_number", number)
+        object.__setattr__(handle, "_ol_generation", generation)
+        _HANDLES[key] = handle
+    return _HANDLES[key]
+
+
+class MirrorObject:
+    """A copy, as data, of a dataclass instance of the learner's package; methods run there on a copy."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return invoke("getattr", ("value", self), [name])
+
+    def __reduce__(self):
+        path = type(self)._ol_path
+        return rebuild, (path[0], path[1], {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+
+def _mirror(module: str, qualname: str, fields: dict):
+    key = (module, qualname, tuple(fields))
+    if key not in _DATACLASSES:
+        cls = dataclasses.make_dataclass(qualname.rsplit(".", 1)[-1], list(fields), bases=(MirrorObject,), init=False,
+                                         unsafe_hash=True, namespace={"_ol_path": (module, qualname)})
+        cls.__module__ = module
+        _DATACLASSES[key] = cls
+    obj = object.__new__(_DATACLASSES[key])
+    obj.__dict__.update(fields)
+    return obj
+
+
+def _enum_member(module: str, qualname: str, name: str):
+    key = (module, qualname)
+    if key not in _ENUMS:
+        _described(module)
+    cls = _ENUMS.get(key)
+    if cls is None or name not in cls.__members__:
+        raise LearnerGone(f"the code under test sent an unknown enum member {qualname}.{name}")
+    return cls[name]
+
+
+def decode(value, depth: int = 0):
+    """The learner's JSON made Python data again: only lists, dicts, tuples, numbers, strings,
+    numeric arrays, the judge's own objects, mirrors and handles."""
+    if depth > MAX_DEPTH:
+        raise LearnerGone("the code under test sent a value nested too deeply")
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        return value
+    if kind is list:
+        return [decode(v, depth + 1) for v in value]
+    if kind is not dict or len(value) == 0:
+        raise LearnerGone("the code under test sent a malformed value")
+    if "$t" in value:
+        return tuple(decode(v, depth + 1) for v in _list(value["$t"]))
+    if "$d" in value:
+        return {decode(k, depth + 1): decode(v, depth + 1) for k, v in (_list(p) for p in _list(value["$d"]))}
+    if "$a" in value:
+        return _array(value)
+    if "$s" in value:
+        dtype = _dtype(value["$s"])
+        item = value["v"]
+        return dtype.type(complex(*item) if dtype.kind == "c" else item)
+    if "$e" in value:
+        return _enum_member(*_strings(value["$e"], 3))
+    if "$c" in value:
+        module, qualname = _strings(value["$c"], 2)
+        fields = value.get("f")
+        if type(fields) is not dict:
+            raise LearnerGone("the code under test sent a malformed value")
+        return _mirror(module, qualname, {str(k): decode(v, depth + 1) for k, v in fields.items()})
+    if "$j" in value:
+        number = value["$j"]
+        if type(number) is not int or number not in JUDGE_OBJECTS.by_number:
+            raise LearnerGone("the code under test named an object the judge never gave it")
+        return JUDGE_OBJECTS.by_number[number]
+    if "$h" in value:
+        if type(value["$h"]) is not int:
+            raise LearnerGone("the code under test sent a malformed value")
+        return _handle(value["$h"], value.get("type"))
+    raise LearnerGone("the code under test sent a malformed value")
+
+
+def _list(value) -> list:
+    if type(value) is not list:
+        raise LearnerGone("the code under test sent a malformed value")
+    return value
+
+
+def _dtype(text) -> np.dtype:
+    if type(text) is not str:
+        raise LearnerGone("the code under test sent a malformed array")
+    dtype = np.dtype(text)
+    if dtype.kind not in NUMERIC_KINDS or dtype.hasobject:
+        raise LearnerGone("the code under test sent an array that is not numbers")
+    return dtype
+
+
+def _array(value: dict) -> np.ndarray:
+    import base64
+
+    dtype = _dtype(value["$a"])
+    shape = _list(value.get("shape"))
+    if not all(type(n) is int and n >= 0 for n in shape):
+        raise LearnerGone("the code under test sent a malformed array")
+    data = base64.b64decode(value.get("data", ""), validate=True)
+    if len(data) != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+        raise LearnerGone("the code under test sent a malformed array")
+    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+
+
+def _copy_back(target, state) -> None:
+    """Give an argument the learner's call changed its final contents (a list rolled back, an rng drawn)."""
+    if target is None:
+        return
+    if type(state) is dict and "$state" in state:
+        new = decode(state["$state"])
+        if type(new) is dict and hasattr(target, "__dict__") and not dataclasses.is_dataclass(target):
+            target.__dict__.clear()
+            target.__dict__.update(new)
+        return
+    new = decode(state)
+    if isinstance(target, list) and type(new) is list:
+        target[:] = new
+    elif isinstance(target, dict) and type(new) is dict:
+        target.clear()
+        target.update(new)
+    elif isinstance(target, np.ndarray) and isinstance(new, np.ndarray) and new.shape == target.shape \
+            and target.flags.writeable:
+        target[...] = new
+
+
+# --- judge -> learner: pickles; the judge's own objects go by reference ------------------------------
+
+JUDGE_OBJECTS = Objects()
+_VALUES = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset, range, slice)
+
+
+# Functions the learner's process can import by name (what numpy's and ol's own pickles refer to).
+_IMPORTABLE = ("numpy", "copyreg", "builtins", "tinyllm", "grader")
+
+
+def _by_value(obj) -> bool:
+    """Whether ``obj`` is pickled as itself; anything else stays in the judge, passed by reference."""
+    kind = type(obj)
+    if kind in _VALUES or isinstance(obj, (np.ndarray, np.generic, np.dtype, type, types.BuiltinFunctionType)):
+        return True
+    if isinstance(obj, (Handle, MirrorObject, RemoteFunction)):
+        return True
+    if isinstance(obj, types.FunctionType):
+        return (obj.__module__ or "").split(".")[0] in _IMPORTABLE and "<" not in obj.__qualname__
+    return (getattr(kind, "__module__", "") or "").startswith("tinyllm")
+
+
+class _Pickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        if _by_value(obj):
+            return None
+        if type(obj).__name__ == "module":
+            raise pickle.PicklingError("a module cannot be handed to the code under test")
+        return ("j", JUDGE_OBJECTS.number(obj))
+
+
+def _dumps(value) -> bytes:
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=4).dump(value)
+    return buffer.getvalue()
+
+
+class JudgeService(rpyc.Service):
+    """What the learner's process may ask of the judge: use the objects the judge handed it."""
+
+    def exposed_callback(self, ref, op, payload) -> bytes:
+        try:
+            if type(ref) is not int or type(op) is not str or type(payload) is not str:
+                raise TypeError("malformed callback")
+            target = JUDGE_OBJECTS.by_number.get(ref)
+            if target is None:
+                raise LookupError("no such object")
+            args = decode(json.loads(payload))
+            return _dumps(("ok", *_callback(target, op, args)) if op != "getattr" else _getattr(target, args))
+        except Exception as err:  # the judge's object raised (a fake refusing an id): the learner hears it
+            cls = type(err)
+            return _dumps(("raise", cls.__module__, cls.__qualname__, builtin_base(cls), str(err)[:2000]))
+
+
+def _public(name) -> str:
+    if type(name) is not str or name.startswith("_"):
+        raise AttributeError(f"{name!r} is not for the code under test")
+    return name
+
+
+def _getattr(target, args: list) -> tuple:
+    value = getattr(target, _public(args[0]))
+    if type(value).__name__ == "module" or isinstance(value, type):
+        raise AttributeError(f"{args[0]!r} is not for the code under test")
+    if callable(value) and not _by_value(value):
+        return ("method",)
+    return ("ok", value)
+
+
+def _callback(target, op: str, args: list) -> tuple:
+    if op == "call":
+        name, positional, named = args
+        function = target if name is None else getattr(target, _public(name))
+        if type(named) is not dict or type(positional) is not list:
+            raise TypeError("malformed call")
+        return (function(*positional, **{_public(k): v for k, v in named.items()}),)
+    if op == "setattr":
+        setattr(target, _public(args[0]), args[1])
+        return (None,)
+    if op == "repr":
+        return (repr(target)[:2000],)
+    raise ValueError(f"unknown operation {op!r}")

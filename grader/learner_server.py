@@ -1,0 +1,374 @@
+"""The learner's side of an isolated check: their ``tinyllm`` package, served over RPyC to the judge.
+
+    python -B learner_server.py        (OL_IMPL: the folder holding tinyllm/, OL_RPC_FD: the socket)
+
+In an isolated check (:mod:`grader.isolation`) the graded suite runs in the judge, a process the
+learner's code never enters; each call the suite makes into ``tinyllm.<learner file>`` is sent
+here, run, and its result sent back as data. This file is the only code of ol that shares a
+process with the learner's, and it decides nothing: it imports what the judge names, calls it,
+and encodes the result. It needs only the standard library, numpy and rpyc (it is copied beside
+the learner's package, so the sandbox's user needs no access to ol's own files).
+
+What crosses, and how:
+
+- judge to learner: a pickle (the judge is trusted). Values travel by value; the judge's objects
+  that the learner's package cannot import (the suite's fake targets, callbacks) travel as
+  references, and using one here calls back into the judge. Lists, dicts, arrays and objects of
+  ``tinyllm`` classes passed as arguments come back after the call (their final contents), so
+  the judge sees what the learner's code did to them.
+- learner to judge: JSON with a few tagged forms (tuples, arrays, enum members, dataclass fields,
+  references to objects that stay here). Never a pickle: the judge decodes data, and runs nothing
+  the learner chose.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import dataclasses
+import enum
+import importlib
+import io
+import json
+import os
+import pickle
+import socket
+import sys
+import traceback
+
+import numpy as np
+import rpyc
+from rpyc.core.stream import SocketStream
+
+RPC_FD_ENV = "OL_RPC_FD"
+MESSAGE_LIMIT = 2000
+# rpyc's options for a peer that is not trusted: no attribute access, no pickles, no custom
+# exceptions built from the wire; only the ``exposed_`` methods of each side's service.
+RPC_CONFIG = {
+    "allow_public_attrs": False, "allow_all_attrs": False, "allow_setattr": False, "allow_delattr": False,
+    "allow_pickle": False, "import_custom_exceptions": False, "instantiate_custom_exceptions": False,
+    "instantiate_oldstyle_exceptions": False, "include_local_traceback": False, "include_local_version": False,
+    "propagate_SystemExit_locally": False, "propagate_KeyboardInterrupt_locally": False,
+    "sync_request_timeout": None,
+}
+NUMERIC_KINDS = "biufc"
+BUILTIN_ERRORS = {name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, Exception)}
+
+
+# --- what travels learner -> judge: tagged JSON -------------------------------------------------
+
+class Objects:
+    """Objects that stay here, known to the judge by number (the same object, the same number)."""
+
+    def __init__(self) -> None:
+        self.by_number: dict[int, object] = {}
+        self.numbers: dict[int, int] = {}
+
+    def number(self, obj: object) -> int:
+        key = id(obj)
+        if key not in self.numbers:
+            n = len(self.by_number) + 1
+            self.by_number[n] = obj
+            self.numbers[key] = n
+        return self.numbers[key]
+
+
+OBJECTS = Objects()
+
+
+def encode(value, depth: int = 0):
+    """``value`` as JSON data with tags: ``$t`` tuple, ``$d`` dict, ``$a`` array, ``$s`` numpy scalar,
+    ``$e`` enum member, ``$c`` dataclass instance, ``$j`` a judge's object, ``$h`` an object kept here."""
+    if depth > 200:
+        raise ValueError("the value is nested too deeply to send")
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int) and not isinstance(value, enum.Enum):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, JudgeRef):
+        return {"$j": value._ol_ref}
+    if isinstance(value, enum.Enum):
+        cls = type(value)
+        return {"$e": [cls.__module__, cls.__qualname__, value.name]}
+    if isinstance(value, np.ndarray) and value.dtype.kind in NUMERIC_KINDS:
+        data = np.ascontiguousarray(value)
+        return {"$a": data.dtype.str, "shape": list(data.shape), "data": base64.b64encode(data.tobytes()).decode()}
+    if isinstance(value, np.generic) and value.dtype.kind in NUMERIC_KINDS:
+        return {"$s": value.dtype.str, "v": value.item() if value.dtype.kind != "c" else [value.real, value.imag]}
+    if isinstance(value, list):
+        return [encode(v, depth + 1) for v in value]
+    if isinstance(value, tuple) and type(value) is tuple:
+        return {"$t": [encode(v, depth + 1) for v in value]}
+    if isinstance(value, dict) and type(value) is dict:
+        return {"$d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        cls = type(value)
+        return {"$c": [cls.__module__, cls.__qualname__],
+                "f": {f.name: encode(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)}}
+    cls = type(value)
+    return {"$h": OBJECTS.number(value), "type": [getattr(cls, "__module__", ""), getattr(cls, "__qualname__", "")]}
+
+
+def encode_error(err: BaseException) -> dict:
+    """A raised exception: its class (module, name, the builtin it derives from) and message."""
+    cls = type(err)
+    base = builtin_base(cls)
+    message = " ".join(str(err).split("\n")[:1]) if str(err).strip() else ""
+    where = _where_in_package(err.__traceback__)
+    if where and not isinstance(err, AssertionError):
+        message = f"{message} ({where})" if message else f"({where})"
+    return {"$raise": [cls.__module__, cls.__qualname__, base, message[:MESSAGE_LIMIT]]}
+
+
+def builtin_base(cls: type) -> str:
+    """The nearest builtin exception class ``cls`` derives from, by name."""
+    return next((c.__name__ for c in cls.__mro__ if c.__module__ == "builtins" and c.__name__ in BUILTIN_ERRORS),
+                "Exception")
+
+
+def _where_in_package(tb) -> str | None:
+    where = None
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+        if "/tinyllm/" in path:
+            where = f"tinyllm/{path.rsplit('/tinyllm/', 1)[1]}, line {tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
+# --- what travels judge -> learner: a pickle, with references to the judge's objects ---------------
+
+class JudgeRef:
+    """One of the judge's objects (a fake target, a callback): attributes and calls go to the judge."""
+
+    def __init__(self, ref: int) -> None:
+        object.__setattr__(self, "_ol_ref", ref)
+        object.__setattr__(self, "_ol_methods", {})
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in self._ol_methods:
+            return self._ol_methods[name]
+        reply = _callback(self._ol_ref, "getattr", [name])
+        if isinstance(reply, _Method):
+            method = _Bound(self._ol_ref, name)
+            self._ol_methods[name] = method
+            return method
+        return reply
+
+    def __setattr__(self, name: str, value) -> None:
+        _callback(self._ol_ref, "setattr", [name, value])
+
+    def __call__(self, *args, **kwargs):
+        return _callback(self._ol_ref, "call", [None, list(args), kwargs])
+
+    def __repr__(self) -> str:
+        return _callback(self._ol_ref, "repr", [])
+
+
+class _Bound:
+    def __init__(self, ref: int, name: str) -> None:
+        self.ref, self.name = ref, name
+
+    def __call__(self, *args, **kwargs):
+        return _callback(self.ref, "call", [self.name, list(args), kwargs])
+
+
+class _Method:
+    """The judge's answer to getattr when the attribute is a method."""
+
+
+class _JudgeError(Exception):
+    pass
+
+
+_CONNECTION = None
+_JUDGE_CALLBACK = None
+
+
+def _callback(ref: int, op: str, args: list):
+    global _JUDGE_CALLBACK
+    if _JUDGE_CALLBACK is None:
+        _JUDGE_CALLBACK = _CONNECTION.root.callback
+    reply = _JUDGE_CALLBACK(ref, op, json.dumps(encode(args)))
+    if type(reply) is not bytes:
+        raise _JudgeError("the judge's reply is not data")
+    status, *rest = _load(reply)
+    if status == "ok":
+        return rest[0]
+    if status == "method":
+        return _Method()
+    module, qualname, base, message = rest
+    raise _exception_class(module, qualname, base)(message)
+
+
+def _exception_class(module: str, qualname: str, base: str) -> type:
+    """The learner's own class for an exception the judge raised when it can be found, else a look-alike."""
+    try:
+        found = resolve(module, qualname)
+        if isinstance(found, type) and issubclass(found, BaseException):
+            return found
+    except Exception:
+        pass
+    builtin = getattr(builtins, base) if base in BUILTIN_ERRORS else Exception
+    return type(qualname.rsplit(".", 1)[-1], (builtin,), {"__module__": module})
+
+
+def rebuild(module: str, qualname: str, fields: dict):
+    """A dataclass instance the judge holds a copy of, rebuilt from its fields without running ``__init__``."""
+    cls = resolve(module, qualname)
+    obj = cls.__new__(cls)
+    for name, value in fields.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def kept(number: int):
+    """An object kept here, which the judge passes back by its number."""
+    return OBJECTS.by_number[number]
+
+
+def resolve(module: str, qualname: str):
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class _Unpickler(pickle.Unpickler):
+    def persistent_load(self, pid):
+        kind, ref = pid
+        if kind != "j":
+            raise pickle.UnpicklingError(f"unknown reference {kind!r}")
+        return JudgeRef(ref)
+
+    def find_class(self, module: str, name: str):
+        if module in ("grader.learner_server", "__main__"):
+            return {"rebuild": rebuild, "kept": kept, "resolve": resolve}[name]
+        return super().find_class(module, name)
+
+
+def _load(data: bytes):
+    return _Unpickler(io.BytesIO(data)).load()
+
+
+# --- the service ----------------------------------------------------------------------------------
+
+def describe(module_name: str) -> list[dict]:
+    """The names of a learner module, each with what the judge needs to stand in for it."""
+    module = importlib.import_module(module_name)
+    package = module_name.split(".")[0]
+    entries = []
+    for name, value in vars(module).items():
+        if name.startswith("__") or type(value).__name__ == "module":
+            continue
+        origin = getattr(value, "__module__", None) or ""
+        where = [origin, getattr(value, "__qualname__", name)]
+        if isinstance(value, type):
+            if not origin.startswith(package):
+                continue
+            if issubclass(value, enum.Enum):
+                entries.append({"name": name, "kind": "enum", "path": where,
+                                "members": [[m.name, encode(m.value)] for m in value]})
+            elif issubclass(value, BaseException):
+                entries.append({"name": name, "kind": "exception", "path": where,
+                                "base": builtin_base(value)})
+            elif dataclasses.is_dataclass(value):
+                entries.append({"name": name, "kind": "dataclass", "path": where,
+                                "fields": [f.name for f in dataclasses.fields(value)]})
+            else:
+                entries.append({"name": name, "kind": "class", "path": where})
+        elif callable(value) and origin.startswith(package):
+            entries.append({"name": name, "kind": "function", "path": where})
+        elif isinstance(value, (bool, int, float, str, tuple, list, dict)) and not callable(value):
+            try:
+                entries.append({"name": name, "kind": "value", "value": encode(value)})
+            except ValueError:
+                continue
+    return entries
+
+
+def _target(spec):
+    kind = spec[0]
+    if kind == "path":
+        return resolve(spec[1], spec[2])
+    if kind == "kept":
+        return OBJECTS.by_number[spec[1]]
+    return spec[1]     # "value": an object the judge sent by value
+
+
+def _invoke(op: str, spec, args: list, kwargs: dict):
+    target = _target(spec)
+    if op == "call":
+        return target(*args, **kwargs)
+    if op == "getattr":
+        return getattr(target, args[0])
+    if op == "len":
+        return len(target)
+    if op == "iter":
+        return list(target)
+    if op == "getitem":
+        return target[args[0]]
+    if op == "contains":
+        return args[0] in target
+    if op == "bool":
+        return bool(target)
+    if op == "repr":
+        return repr(target)
+    raise ValueError(f"unknown operation {op!r}")
+
+
+def _after(args: list, kwargs: dict) -> list:
+    """The final contents of the mutable arguments, for the judge to copy back into its own."""
+    out = []
+    for key, value in [*enumerate(args), *kwargs.items()]:
+        if isinstance(value, (list, dict, np.ndarray)):
+            out.append([key, encode(value)])
+        elif (not isinstance(value, type) and (getattr(type(value), "__module__", "") or "").startswith("tinyllm")
+              and not dataclasses.is_dataclass(value) and not isinstance(value, enum.Enum) and hasattr(value, "__dict__")):
+            out.append([key, {"$state": encode(dict(vars(value)))}])
+    return out
+
+
+class LearnerService(rpyc.Service):
+    def exposed_describe(self, module_name: str) -> str:
+        try:
+            return json.dumps({"ok": describe(str(module_name))})
+        except BaseException as err:  # the learner's module failed to import: the judge says so
+            if isinstance(err, SystemExit):
+                err = RuntimeError(f"SystemExit({err.code!r}) while importing {module_name}")
+            return json.dumps({"raise": encode_error(err)["$raise"]})
+
+    def exposed_invoke(self, payload: bytes) -> str:
+        try:
+            op, spec, args, kwargs = _load(bytes(payload))
+            result = _invoke(op, spec, args, kwargs)
+            return json.dumps({"ok": encode(result), "after": _after(args, kwargs) if op == "call" else []})
+        except BaseException as err:  # the learner's code raising is an answer like any other
+            if isinstance(err, (KeyboardInterrupt,)):
+                raise
+            if isinstance(err, SystemExit):
+                err = RuntimeError(f"the code under test called sys.exit({err.code!r})")
+            return json.dumps({"raise": encode_error(err)["$raise"]})
+
+
+def main() -> int:
+    global _CONNECTION
+    impl = os.environ.pop("OL_IMPL")
+    fd = int(os.environ.pop(RPC_FD_ENV))
+    sys.path.insert(0, impl)
+    sock = socket.socket(fileno=fd)
+    _CONNECTION = conn = rpyc.connect_stream(SocketStream(sock), service=LearnerService, config=RPC_CONFIG)
+    try:
+        conn.serve_all()
+    except Exception:
+        traceback.print_exc()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.modules.setdefault("grader.learner_server", sys.modules[__name__])
+    sys.exit(main())
