@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, metavar="S", help="seconds each test may run (default: the module's, from its catalog)")
     check.add_argument("--json", dest="json_path", metavar="FILE", help="also write per-test results to FILE (format: grader/README.md)")
     check.add_argument("-v", "--verbose", action="store_true", help="also print pytest's full report of each failure")
+    check.add_argument("--isolate", action="store_true", help="run your code in a sandboxed process of its own, as ol grade does "
+                                                               "(slower; a verdict the code under test cannot forge)")
 
     diff = verbs.add_parser("diff", parents=[where], help="the first cases where your answers differ from the reference's",
                             description="For each graded test (or those -k selects), show the first cases where your answers and the "
@@ -128,7 +130,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.verb == "check":
         from grader.check import check
         return check(args.module, args.workspace, args.ref_deps, args.keyword, args.timeout, args.json_path,
-                     args.verbose)
+                     args.verbose, args.isolate)
     if args.verb == "diff":
         from grader.diff import diff
         return diff(args.module, args.workspace, args.ref_deps, args.cases, args.keyword)
