@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grader.catalog import Catalog, Module, load_catalog
 from grader.errors import GraderError, UsageError
-from grader.lab import remember_workspace
+from grader.lab import NOTEBOOK_MODULE, remember_workspace
 from grader.warm import warm_in_background
 from grader.workspace import Workspace, resolve_workspace
 
@@ -64,6 +64,8 @@ def _next_steps(catalog: Catalog, module: Module, ws: Workspace) -> str:
     lines = ["", "Next:", f"  ol tests {module.id}          # what the tests check and why",
              f"  (edit {', '.join('tinyllm/' + f for f in module.learner_files)})",
              f"  ol check {module.id}          # the exit code is the verdict"]
+    if module.id == NOTEBOOK_MODULE:
+        lines.insert(3, f"  ol lab --workspace {ws.root}   # the chapters in JupyterLab, running your file")
     unstarted = [dep.id for dep in catalog.needs_of(module) if not ws.started(dep)]
     if unstarted:
         lines.append(f"  ol check {module.id} --ref-deps   # until your {', '.join(unstarted)} passes")

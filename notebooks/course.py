@@ -75,10 +75,10 @@ REMEMBER_NAME = ".ol-workspace"
 
 # Where the card states the rule behind each function you write.
 CARD_SECTIONS = {
-    "SpecConfig.parse": "4", "SpecConfig.__post_init__": "4", "prompt_lookup": "2.1", "ngram_draft": "2.1", "propose": "2.1",
+    "SpecConfig.parse": "2.1", "SpecConfig.__post_init__": "4", "prompt_lookup": "2.1", "ngram_draft": "2.1", "propose": "2.1",
     "residual": "2.2", "sample_dense": "2.2", "speculative_step": "2.2 and 2.3",
     "dense_distribution": "2.2", "verify_draft": "2.2", "blocks_for": "2.4", "rollback": "2.4",
-    "generate_stream": "2.2 and 4", "generate": "4",
+    "generate_stream": "2.5", "generate": "2.5",
 }
 # Functions without side effects on their arguments: a panel may run the reference's beside yours
 # on copies of the same inputs and say when the answers differ. At most COMPARE_CALLS calls of each
