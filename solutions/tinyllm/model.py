@@ -152,6 +152,10 @@ class TinyLlama:
 
     def __init__(self, config: LlamaConfig, weights: dict[str, np.ndarray]) -> None:
         expected = config.shapes()
+        # False: every matmul is one plain gemm over exactly the batch's rows. Faster for a
+        # single row, but a row's bits then depend on the batch; benchmarks use it as the
+        # fastest plain decoding, never with speculation.
+        self.batch_invariant = True
         missing = sorted(set(expected) - set(weights))
         extra = sorted(set(weights) - set(expected))
         if missing or extra:
@@ -268,7 +272,7 @@ class TinyLlama:
                 for table, rows in groups.items()]
         x = self.weights["tok_emb"][ids_arr]
         for layer, w in enumerate(self._layers):
-            qkv = matmul(rmsnorm(x, w["attn_norm"], c.norm_eps), w["wqkv"], at)
+            qkv = self._matmul(rmsnorm(x, w["attn_norm"], c.norm_eps), w["wqkv"], at)
             q = _rotate(qkv[:, :nh * hd].reshape(n, nh, hd), cos, sin)
             k = _rotate(qkv[:, nh * hd:(nh + nkv) * hd].reshape(n, nkv, hd), cos, sin)
             v = qkv[:, (nh + nkv) * hd:].reshape(n, nkv, hd)
@@ -278,10 +282,13 @@ class TinyLlama:
             att = np.empty((n, nh * hd), dtype=np.float32)
             for rows, table, row_pos, att_at in plan:
                 att[rows] = self._attend(pool, layer, q[rows], table, row_pos, att_at)
-            x = x + matmul(att, w["wo"], at)
-            gate_up = matmul(rmsnorm(x, w["mlp_norm"], c.norm_eps), w["w_gate_up"], at)
-            x = x + matmul(silu(gate_up[:, :c.hidden]) * gate_up[:, c.hidden:], w["w_down"], at)
-        return matmul(rmsnorm(x, self.weights["norm"], c.norm_eps), self._head, at)
+            x = x + self._matmul(att, w["wo"], at)
+            gate_up = self._matmul(rmsnorm(x, w["mlp_norm"], c.norm_eps), w["w_gate_up"], at)
+            x = x + self._matmul(silu(gate_up[:, :c.hidden]) * gate_up[:, c.hidden:], w["w_down"], at)
+        return self._matmul(rmsnorm(x, self.weights["norm"], c.norm_eps), self._head, at)
+
+    def _matmul(self, a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return matmul(a, b, rows) if self.batch_invariant else a @ b
 
     def _attend(self, pool: KvPool, layer: int, q: np.ndarray, table: list[int],
                 positions: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -298,12 +305,12 @@ class TinyLlama:
         values = v.reshape(span, nkv, hd).transpose(1, 0, 2)   # (nkv, span, hd)
         # Query head h reads K/V head h // group; rows of one K/V head are (row, head in group).
         qh = q.reshape(g, nkv, group, hd).transpose(1, 0, 2, 3).reshape(nkv, g * group, hd)
-        scores = matmul(qh, keys, at)
+        scores = self._matmul(qh, keys, at)
         future = np.repeat(np.arange(span)[None, :] > positions[:, None], group, axis=0)
         scores = np.where(future, np.float32(-np.inf), scores)
         probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs /= probs.sum(axis=-1, keepdims=True)
-        out = matmul(probs, values, at)
+        out = self._matmul(probs, values, at)
         return out.reshape(nkv, g, group, hd).transpose(1, 0, 2, 3).reshape(g, nkv * group * hd)
 
 

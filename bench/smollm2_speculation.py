@@ -1,0 +1,293 @@
+"""Speculation on a real instruct model: SmolLM2-135M-Instruct in the course's engine.
+
+Run through ``python bench/speculation.py --model smollm2 [--quick]``. Workloads a user would run,
+each a chat turn: edit a given function (code-edit), answer by quoting a passage (quote), emit a
+JSON tool call that echoes its arguments (tool-call) and free chat (chat), at temperature 0 and 0.7.
+Configs: plain decoding in the batch-invariant engine (``none``, every pass a 16-row gemm), the
+fastest plain decoding the engine can do (``one-row``: one plain gemm per matmul over the single
+fed row, ``TinyLlama.batch_invariant = False``) and prompt lookup at several k.
+
+Timings are of decoding: from the first emitted token (after the prompt's pass) to the last, as
+tokens per second; each speed-up is a ratio of those rates, medians of interleaved repeats in one
+run. Greedy output with prompt lookup must equal plain greedy output token for token on every
+workload and k: the script exits with status 1 if it does not. It also times one pass against the
+number of fed tokens (1..16) in both modes and plots it.
+"""
+
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "solutions"))
+
+from tinyllm import smollm2  # noqa: E402
+from tinyllm.runner import RunnerTarget  # noqa: E402
+from tinyllm.sampling import SamplingParams  # noqa: E402
+from tinyllm.spec import SpecConfig, generate_stream  # noqa: E402
+
+BLOCK_TOKENS = 16
+POOL_BLOCKS = 64
+TEMPERATURES = (0.0, 0.7)
+SEED = 7
+
+_READ_CONFIG = '''def read_config(path):
+    with open(path) as f:
+        data = json.load(f)
+    if "name" not in data:
+        raise ValueError("config has no name")
+    return data
+'''
+_AVERAGE = '''def average(numbers):
+    total = 0
+    for n in numbers:
+        total += n
+    return total / len(numbers)
+'''
+
+# Each prompt is a list of chat messages. Written for this benchmark; the first prompt of each
+# workload is the one --quick runs.
+WORKLOADS: dict[str, list[list[dict]]] = {
+    "code-edit": [
+        [{"role": "user", "content": "```python\n" + _READ_CONFIG + "```\nAdd a type hint `path: str` "
+                                     "to this function. Show the complete function."}],
+        [{"role": "system", "content": "You edit code. Reply with the complete file after the edit "
+                                       "and nothing else."},
+         {"role": "user", "content": "utils.py:\n```python\n" + _READ_CONFIG + "\n\n" + _AVERAGE
+                                     + "```\n\nEdit: add `import json` as the first line of utils.py."}],
+    ],
+    "quote": [
+        [{"role": "user", "content": "Passage: The delivery van comes on Tuesdays and Fridays. Orders "
+                                     "written before noon on the day before are packed in time; anything "
+                                     "later waits for the next van. Returns go back on the same van, in "
+                                     "the grey crates by the door.\n\nQuestion: When must an order be "
+                                     "written to catch the van? Answer by quoting the sentence from the "
+                                     "passage."}],
+    ],
+    "tool-call": [
+        [{"role": "system", "content": "You are an assistant that calls tools. Reply with JSON only."},
+         {"role": "user", "content": "Call order_part with these arguments: {\"code\": \"BR-2\", \"name\": "
+                                     "\"rear brake pads\", \"count\": 6, \"supplier\": \"Velo Parts\", "
+                                     "\"deliver_to\": \"Workshop 3, 14 Mill Lane\"}"}],
+    ],
+    "chat": [
+        [{"role": "user", "content": "Give me three tips for keeping a bicycle chain clean."}],
+    ],
+}
+
+
+@dataclass
+class Run:
+    tokens: list[int]
+    drafted: int
+    accepted: int
+    passes: int
+    decode_seconds: float  # first emitted token to last
+
+    @property
+    def decode_rate(self) -> float:
+        return (len(self.tokens) - 1) / self.decode_seconds if len(self.tokens) > 1 else float("nan")
+
+
+def run_once(m: smollm2.SmolLM2, prompt: list[int], config: str, k: int, temperature: float,
+             max_new: int) -> Run:
+    """One request; ``config`` is ``none``, ``one-row`` or ``prompt_lookup``."""
+    model = m.model
+    model.batch_invariant = config != "one-row"
+    try:
+        target = RunnerTarget(model, model.new_pool(POOL_BLOCKS, BLOCK_TOKENS))
+        cfg = SpecConfig.parse("prompt_lookup" if config == "prompt_lookup" else "none", k)
+        stamps: list[float] = []
+
+        def on_token(token: int, logprob: float) -> bool:
+            stamps.append(time.perf_counter())
+            return True
+
+        out = generate_stream(target, cfg, prompt, SamplingParams(temperature=temperature), SEED,
+                              max_new, [m.eos], on_token)
+    finally:
+        model.batch_invariant = True
+    s = out.stats
+    return Run(out.tokens, s.drafted, s.accepted, s.target_calls, stamps[-1] - stamps[0])
+
+
+def formula(a: float, k: int) -> float:
+    """Expected tokens per round when each draft token is accepted with probability ``a``."""
+    return float(k + 1) if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
+
+
+def measure(m: smollm2.SmolLM2, workloads: dict, temperatures: dict[float, int], ks: list[int],
+            max_new: int) -> tuple[list[dict], list[str]]:
+    """Rows of the table, and the greedy mismatches (empty when greedy output is identical)."""
+    configs = [("none", 1), ("one-row", 1)] + [("prompt_lookup", k) for k in ks]
+    runs: dict[tuple, list[Run]] = {}
+    for t, repeats in temperatures.items():
+        for rep in range(repeats):
+            for name, prompts in workloads.items():
+                for p, messages in enumerate(prompts):
+                    ids = m.chat(messages)
+                    shift = rep % len(configs)  # no config always first (cold caches) or last
+                    for config, k in configs[shift:] + configs[:shift]:
+                        run = run_once(m, ids, config, k, t, max_new)
+                        runs.setdefault((name, p, t, config, k), []).append(run)
+    mismatches = greedy_mismatches(m, runs)
+    rows = []
+    for name, prompts in workloads.items():
+        for t in temperatures:
+            def rate(config, k):
+                """Geometric mean over the prompts of the median decoding rate over the repeats."""
+                per = [runs[(name, p, t, config, k)] for p in range(len(prompts))]
+                return math.exp(statistics.mean(
+                    math.log(statistics.median(r.decode_rate for r in rs)) for rs in per))
+            plain, one_row = rate("none", 1), rate("one-row", 1)
+            for config, k in configs:
+                per = [runs[(name, p, t, config, k)][0] for p in range(len(prompts))]
+                tokens = sum(len(r.tokens) for r in per)
+                drafted = sum(r.drafted for r in per)
+                accepted = sum(r.accepted for r in per)
+                passes = sum(r.passes for r in per)
+                a = accepted / drafted if drafted else 0.0
+                r = rate(config, k)
+                rows.append({
+                    "workload": name, "temperature": t, "config": config,
+                    "k": k if config == "prompt_lookup" else 0, "tokens": tokens, "passes": passes,
+                    "accept_rate": a, "tokens_per_pass": tokens / passes,
+                    "formula": formula(a, k) if drafted else 1.0, "decode_tokens_per_s": r,
+                    "speedup_vs_plain": r / plain, "speedup_vs_one_row": r / one_row,
+                })
+    return rows, mismatches
+
+
+def greedy_mismatches(m: smollm2.SmolLM2, runs: dict[tuple, list[Run]]) -> list[str]:
+    out = []
+    for (name, p, t, config, k), rs in runs.items():
+        if t != 0.0 or config == "one-row":
+            continue
+        plain = runs[(name, p, t, "none", 1)][0].tokens
+        for r in rs:
+            if r.tokens != plain:
+                at = next((i for i, (x, y) in enumerate(zip(plain, r.tokens)) if x != y),
+                          min(len(plain), len(r.tokens)))
+                out.append(f"{name} prompt {p}, {config} k={k}: differs from plain greedy at token {at}: "
+                           f"{m.decode(plain[at:at + 8])!r} vs {m.decode(r.tokens[at:at + 8])!r}")
+                break
+    return out
+
+
+def pass_cost(m: smollm2.SmolLM2, context: int, repeats: int) -> dict[str, list[float]]:
+    """Median milliseconds of one ``RunnerTarget.extend`` of n = 1..16 ids after ``context`` cached
+    positions, in the batch-invariant engine and with plain gemms over exactly the fed rows."""
+    model = m.model
+    target = RunnerTarget(model, model.new_pool(POOL_BLOCKS, BLOCK_TOKENS))
+    target.extend([(7 * i) % 4000 + 100 for i in range(context)])
+    out: dict[str, list[list[float]]] = {"batch-invariant": [[] for _ in range(16)],
+                                         "plain gemm": [[] for _ in range(16)]}
+    try:
+        for _ in range(repeats):
+            for mode, invariant in (("batch-invariant", True), ("plain gemm", False)):
+                model.batch_invariant = invariant
+                for n in range(1, 17):
+                    began = time.perf_counter()
+                    target.extend(list(range(500, 500 + n)))
+                    out[mode][n - 1].append((time.perf_counter() - began) * 1e3)
+                    target.truncate(context)
+    finally:
+        model.batch_invariant = True
+    return {mode: [statistics.median(ts) for ts in per_n] for mode, per_n in out.items()}
+
+
+def print_table(rows: list[dict]) -> None:
+    head = (f"{'workload':10} {'T':>3} {'config':13} {'k':>2} {'tokens':>6} {'passes':>6} {'accept':>6} "
+            f"{'tok/pass':>8} {'formula':>7} {'tok/s':>6} {'vs plain':>8} {'vs 1-row':>8}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['workload']:10} {r['temperature']:>3} {r['config']:13} {r['k']:>2} {r['tokens']:6d} "
+              f"{r['passes']:6d} {r['accept_rate']:6.2f} {r['tokens_per_pass']:8.2f} {r['formula']:7.2f} "
+              f"{r['decode_tokens_per_s']:6.1f} {r['speedup_vs_plain']:7.2f}x {r['speedup_vs_one_row']:7.2f}x")
+
+
+def best_code_edit(rows: list[dict]) -> dict:
+    spec = [r for r in rows if r["workload"] == "code-edit" and r["temperature"] == 0.0
+            and r["config"] == "prompt_lookup"]
+    return max(spec, key=lambda r: r["speedup_vs_plain"])
+
+
+def plot(rows: list[dict], cost: dict[str, list[float]], ks: list[int], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, mid, right) = plt.subplots(1, 3, figsize=(15, 4.2))
+    fed = list(range(1, 17))
+    for mode, ms in cost.items():
+        left.plot(fed, ms, "o-", label=mode)
+    left.set(xlabel="fed tokens in the pass", ylabel="ms per pass", ylim=(0, None),
+             title="SmolLM2-135M: cost of one pass")
+    left.legend(fontsize=8)
+    for i, name in enumerate(dict.fromkeys(r["workload"] for r in rows)):
+        pl = [r for r in rows if r["workload"] == name and r["temperature"] == 0.0
+              and r["config"] == "prompt_lookup"]
+        mid.plot(ks, [r["tokens_per_pass"] for r in pl], "o-", color=f"C{i}", label=f"{name}: measured")
+        mid.plot(ks, [r["formula"] for r in pl], ":", color=f"C{i}", label=f"{name}: (1-a^(k+1))/(1-a)")
+        right.plot(ks, [r["speedup_vs_plain"] for r in pl], "o-", color=f"C{i}", label=f"{name}: vs plain")
+        right.plot(ks, [r["speedup_vs_one_row"] for r in pl], "x--", color=f"C{i}", alpha=0.7,
+                   label=f"{name}: vs one-row")
+    mid.set(xlabel="k (draft length)", ylabel="tokens per target pass", title="Prompt lookup, T = 0")
+    right.axhline(1.0, color="grey", lw=0.8)
+    right.set(xlabel="k (draft length)", ylabel="decoding speed-up", title="Speed-up, T = 0")
+    mid.legend(fontsize=7)
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(quick: bool, out: Path) -> int:
+    began = time.perf_counter()
+    try:
+        m = smollm2.load()
+    except smollm2.RealModelMissing as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    loaded = time.perf_counter() - began
+    if quick:
+        workloads = {"code-edit": WORKLOADS["code-edit"][:1]}
+        temperatures, ks, max_new, cost_repeats = {0.0: 2, 0.7: 1}, [4, 8, 12], 64, 3
+    else:
+        workloads = WORKLOADS
+        temperatures, ks, max_new, cost_repeats = {0.0: 2, 0.7: 1}, [1, 2, 4, 8, 12, 15], 128, 5
+    rows, mismatches = measure(m, workloads, temperatures, ks, max_new)
+    print_table(rows)
+    context = len(m.chat(WORKLOADS["code-edit"][0])) + 32
+    cost = pass_cost(m, context, cost_repeats)
+    print(f"\none pass after {context} cached positions, ms by fed tokens 1..16:")
+    for mode, ms in cost.items():
+        print(f"  {mode:16} " + " ".join(f"{x:5.0f}" for x in ms))
+    print(f"  ratio to one fed token (batch-invariant): "
+          + " ".join(f"{x / cost['batch-invariant'][0]:.2f}" for x in cost["batch-invariant"]))
+    print(f"  ratio to one fed token (plain gemm):      "
+          + " ".join(f"{x / cost['plain gemm'][0]:.2f}" for x in cost["plain gemm"]))
+    out.mkdir(parents=True, exist_ok=True)
+    best = best_code_edit(rows)
+    report = {"model": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to float32)", "quick": quick,
+              "ks": ks, "temperatures": {str(t): n for t, n in temperatures.items()}, "max_new": max_new,
+              "load_seconds": loaded, "seconds": time.perf_counter() - began, "pass_cost_ms": cost,
+              "pass_cost_context": context, "greedy_mismatches": mismatches, "best_code_edit": best,
+              "rows": rows}
+    (out / "smollm2_speculation.json").write_text(json.dumps(report, indent=2) + "\n")
+    plot(rows, cost, ks, out / "smollm2_speculation.png")
+    print(f"wrote {out / 'smollm2_speculation.json'} and {out / 'smollm2_speculation.png'} "
+          f"({report['seconds']:.0f} s, model loaded in {loaded:.1f} s)")
+    if mismatches:
+        print("FAIL: greedy output with prompt lookup differs from plain greedy:", file=sys.stderr)
+        for line in mismatches:
+            print("  " + line, file=sys.stderr)
+    print(f"smollm2 code-edit: best speed-up {best['speedup_vs_plain']:.2f}x at k={best['k']} "
+          f"(tokens/pass {best['tokens_per_pass']:.2f}); vs one-row decoding {best['speedup_vs_one_row']:.2f}x; "
+          + ("greedy identical" if not mismatches else "greedy DIFFERS"))
+    return 1 if mismatches else 0
