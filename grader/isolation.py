@@ -434,8 +434,8 @@ def _array(value: dict) -> np.ndarray:
 
 def _copy_back(target, state) -> None:
     """Give an argument the learner's call changed its final contents (a list rolled back, an rng drawn)."""
-    if target is None:
-        return
+    if target is None or isinstance(target, (Handle, MirrorObject)):
+        return     # it lives in the learner's process (a handle), or is a copy the learner never changes
     if type(state) is dict and "$state" in state:
         new = decode(state["$state"])
         if type(new) is dict and hasattr(target, "__dict__") and not dataclasses.is_dataclass(target):
