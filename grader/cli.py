@@ -85,6 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("jupyter_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
                      help="arguments after -- go to jupyter lab, e.g. -- --no-browser --port 8899")
 
+    shell = verbs.add_parser("shell", parents=[where], help="a Python prompt where every call ol prints can be pasted",
+                             description="Start Python on the package ol check runs (your files, the reference's given "
+                                         "files), with numpy, every tinyllm module, the fake targets and the graded "
+                                         "suite's helpers imported: paste any failing case's call.")
+    shell.add_argument("module", help="a module id, e.g. L10.8")
+    shell.add_argument("--ref-deps", action="store_true", help="take the modules this one needs from the reference")
+    shell.add_argument("-c", dest="command", metavar="CODE", help="run CODE instead of an interactive prompt")
+
     mutants = verbs.add_parser("mutants", help="for instructors: prove each named pitfall is caught by its named test",
                                description="Apply each named pitfall's mutant to a copy of the reference, run the graded "
                                            "suite, and print the kill matrix. Exit 1 if a mutant survives or escapes its named test.")
@@ -131,6 +139,9 @@ def dispatch(args: argparse.Namespace) -> int:
         from grader.check import check
         return check(args.module, args.workspace, args.ref_deps, args.keyword, args.timeout, args.json_path,
                      args.verbose, args.isolate)
+    if args.verb == "shell":
+        from grader.shell import shell
+        return shell(args.module, args.workspace, args.ref_deps, args.command)
     if args.verb == "diff":
         from grader.diff import diff
         return diff(args.module, args.workspace, args.ref_deps, args.cases, args.keyword)

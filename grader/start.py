@@ -61,12 +61,14 @@ def _backup(ws: Workspace, names: list[str]) -> Path:
 
 
 def _next_steps(catalog: Catalog, module: Module, ws: Workspace) -> str:
+    """The commands to run next, with ``--workspace`` when the workspace is not the current folder."""
+    where = "" if ws.root == Path.cwd().resolve() else f" --workspace {ws.root}"
     lines = ["", "Next:", f"  ol tests {module.id}          # what the tests check and why",
-             f"  (edit {', '.join('tinyllm/' + f for f in module.learner_files)})",
-             f"  ol check {module.id}          # the exit code is the verdict"]
+             f"  (edit {ws.package / module.learner_files[0]}{' ...' if len(module.learner_files) > 1 else ''})",
+             f"  ol check {module.id}{where}          # the exit code is the verdict"]
     if module.id == NOTEBOOK_MODULE:
-        lines.insert(3, f"  ol lab --workspace {ws.root}   # the chapters in JupyterLab, running your file")
+        lines.insert(3, f"  ol lab{where}   # the chapters in JupyterLab, running your file")
     unstarted = [dep.id for dep in catalog.needs_of(module) if not ws.started(dep)]
     if unstarted:
-        lines.append(f"  ol check {module.id} --ref-deps   # until your {', '.join(unstarted)} passes")
+        lines.append(f"  ol check {module.id} --ref-deps{where}   # until your {', '.join(unstarted)} passes")
     return "\n".join(lines)

@@ -171,3 +171,13 @@ def test_check_never_touches_the_learners_files(tmp_path):
     assert before == after
     assert (tmp_path / ".ol" / "last_check.json").is_file()
     assert str(ROOT) not in (tmp_path / ".ol" / "last_check.json").read_text()
+
+
+def test_shell_runs_the_calls_ol_prints(tmp_path):
+    put_reference(tmp_path, "spec.py")
+    ran = ol("shell", "L10.8", "--ref-deps", "-c",
+             "print(prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1)); print(shared_prompt_block()['free at the end']); "
+             "print(TableTarget(12, seed=1).cached())", workspace=tmp_path)
+    assert ran.code == 0, ran.text
+    assert ran.out.split() == ["[7,", "8,", "5]", "8", "0"]
+    assert ol("shell", "L10.8", "-c", "pass", workspace=tmp_path).code == 2

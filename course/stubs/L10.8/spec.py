@@ -17,9 +17,11 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from .kvpool import KvPool
+# What this module uses from L10.1 (the card's "Needs" row), imported for you.
+from .kvpool import KvPool, PoolError  # noqa: F401
 from .pcg32 import Pcg32
-from .sampling import SamplingParams
+from .sampling import (SamplingParams, apply_penalties, argmax, distribution, log_softmax_at,  # noqa: F401
+                       sample, stream, walk)
 
 MAX_K = 16
 
