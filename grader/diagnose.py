@@ -276,7 +276,7 @@ def run_worker(module: Module, impl: Path, tests: list[str], limit: float, sandb
         command = [sys.executable, "-B", "-m", "grader.case_worker", str(module.suite), str(impl), str(out), *tests]
         if sandbox is not None:
             sandbox.share(Path(tmp), writable=True)
-        child = subprocess.Popen(command, cwd=tmp, env=worker_env(), stdin=subprocess.DEVNULL,
+        child = subprocess.Popen(command, cwd=tmp, env={**worker_env(), **(env or {})}, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                                  preexec_fn=sandbox.preexec if sandbox is not None else None)
         try:
