@@ -23,6 +23,7 @@ Nothing is downloaded.
 
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -146,17 +147,19 @@ def load_weights(path: Path, reader=None) -> tuple[LlamaConfig, dict[str, np.nda
         except (OSError, ValueError):
             pass  # a damaged cache is rebuilt below
     weights = weights_from(reader, config)
+    # Written aside, then renamed into place: a reader never sees half a cache. If another
+    # process got there first (or home is read-only), ours is dropped: the next load reads theirs
+    # or dequantizes again.
+    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
     try:
-        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
         for n, w in weights.items():
             np.save(tmp / f"{n}.npy", np.ascontiguousarray(w))
         if folder.exists():
-            import shutil
-            shutil.rmtree(folder)
+            shutil.rmtree(folder)  # damaged: a complete cache returned above
         tmp.rename(folder)
     except OSError:
-        pass  # no cache (read-only home): the next load dequantizes again
+        shutil.rmtree(tmp, ignore_errors=True)
     return config, weights
 
 
