@@ -22,12 +22,13 @@ SUBMISSIONS = {
     "passing": SPEC,
     # Pitfall s01: copying after the first earlier occurrence, not the latest.
     "failing": SPEC.replace("begin = int(hits[-1]) + n", "begin = int(hits[0]) + n"),
-    "hanging": SPEC + "\n\ndef prompt_lookup(*args, **kwargs):\n    while True:\n        pass\n",
+    # SpecConfig.parse never returns: one test times out, the others pass.
+    "hanging": SPEC.replace("        names = [d.value for d in Draft]\n", "        while True:\n            pass\n"),
     "hostile": ("import sys, os\nr = sys.modules.get('grader.recorder')\nif r is not None:\n"
                 "    r._send({'event': 'collected', 'tests': []})\n    r._send({'event': 'end', 'exitstatus': 0})\n"
                 "print('All tests passed')\nos._exit(0)\n" + STUB),
 }
-OPTIONS = ("--ref-deps", "--no-hints", "--timeout", "2", "--limit", "20")
+OPTIONS = ("--ref-deps", "--no-hints", "--timeout", "8", "--limit", "40")
 GRADESCOPE_TOP = {"score", "execution_time", "output", "output_format", "test_output_format", "test_name_format",
                   "visibility", "stdout_visibility", "extra_data", "tests", "leaderboard"}
 GRADESCOPE_TEST = {"score", "max_score", "status", "name", "name_format", "number", "output", "output_format", "tags",
@@ -107,10 +108,9 @@ def test_gradescope_autograder(tmp_path):
         check_gradescope(results, 20)
         scores[kind] = results["score"]
         if kind == "hanging":
-            timed_out = [t for t in results["tests"] if "timed out" in t["output"]]
-            assert timed_out and results["execution_time"] < 60
-    assert scores == {"passing": 20, "hanging": scores["hanging"], "hostile": 0}
-    assert 0 < scores["hanging"] < 20
+            timed_out = [t["name"] for t in results["tests"] if "timed out" in t["output"]]
+            assert timed_out == ["config_parses_runtime_values"] and results["execution_time"] < 60
+    assert scores == {"passing": 20, "hanging": 19, "hostile": 0}
 
 
 def test_prairielearn_grader(tmp_path):

@@ -1,0 +1,126 @@
+"""Benchmark ``ol grade`` on a generated class: correct, buggy, hanging and hostile submissions.
+
+    python bench/grade_class.py [--correct 60 --buggy 20 --hanging 10 --hostile 10] [--jobs 2]
+
+Grades the whole class, then the correct submissions alone, checks every verdict (a correct one
+passes with full marks; a buggy one, the reference with a named pitfall's patch, fails that
+pitfall's named test; a hanging one does not pass; a hostile one, the stub with an attack, scores
+0), and prints both wall times and their ratio. Exits 1 when a verdict is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from grader.catalog import load_catalog  # noqa: E402
+from grader.mutants import apply_patch  # noqa: E402
+
+HANGS = [
+    "\n\ndef prompt_lookup(*args, **kwargs):\n    while True:\n        pass\n",
+    ("\n\ndef verify_draft(*args, **kwargs):\n    import ctypes, signal\n"
+     "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n    ctypes.CDLL(None).sleep(3600)\n"),
+]
+HANG_AT_IMPORT = "while True:\n    pass\n"
+ATTACKS = [
+    ("import os, sys\nr = sys.modules.get('grader.recorder')\nif r is not None and r._fd >= 0:\n"
+     "    r._send({'event': 'collected', 'tests': []})\n    r._send({'event': 'end', 'exitstatus': 0})\n    os._exit(0)\n"),
+    "import sys\nsys.exit(0)\n",
+    "print('20 of 20 tests passed')\nimport os\nos._exit(0)\n",
+    "import sys\nsys.stdout.write('PASSED ' * (2 << 20))\n",
+    ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'],"
+     " start_new_session=True)\n"),
+    "import os\nfor _ in range(2000):\n    try:\n        os.fork()\n    except OSError:\n        break\n",
+    ("import os, json\ntry:\n    env = dict(kv.split('=', 1) for kv in open(f'/proc/{os.getppid()}/environ').read()"
+     ".split('\\0') if '=' in kv)\n    fd = os.open(f\"/proc/{os.getppid()}/fd/{env['OL_REPORT_FD']}\", os.O_WRONLY)\n"
+     "    os.write(fd, json.dumps({'nonce': env['OL_REPORT_NONCE'], 'event': 'end'}).encode() + b'\\n')\n"
+     "except Exception:\n    pass\n"),
+]
+
+
+def make_class(root: Path, counts: dict[str, int]) -> dict[str, tuple[str, str | None]]:
+    """Write the submissions; return each one's kind and, for a buggy one, the test that must fail."""
+    catalog = load_catalog()
+    module = catalog.get("L10.8")
+    reference = (catalog.reference / "tinyllm" / "spec.py").read_text()
+    stub = (module.stubs / "spec.py").read_text()
+    kinds: dict[str, tuple[str, str | None]] = {}
+
+    def put(name: str, text: str, kind: str, must_fail: str | None = None) -> None:
+        (root / name / "tinyllm").mkdir(parents=True)
+        (root / name / "tinyllm" / "spec.py").write_text(text)
+        kinds[name] = (kind, must_fail)
+
+    for i in range(counts["correct"]):
+        put(f"correct-{i:03d}", f"# learner {i}\n" + reference, "correct")
+    for i in range(counts["buggy"]):
+        pitfall = module.pitfalls[i % len(module.pitfalls)]
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copytree(catalog.reference, Path(tmp) / "solutions")
+            apply_patch(module.root / pitfall.mutant, Path(tmp))
+            put(f"buggy-{i:03d}-{pitfall.id}", (Path(tmp) / "solutions" / "tinyllm" / "spec.py").read_text(), "buggy",
+                pitfall.caught_by)
+    for i in range(counts["hanging"]):
+        text = HANG_AT_IMPORT + reference if i % 5 == 4 else reference + HANGS[i % len(HANGS)]
+        put(f"hanging-{i:03d}", text, "hanging")
+    for i in range(counts["hostile"]):
+        put(f"hostile-{i:03d}", ATTACKS[i % len(ATTACKS)] + stub, "hostile")
+    return kinds
+
+
+def grade(paths: list[Path], out: Path, jobs: int) -> float:
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "grader", "grade", "L10.8", *map(str, paths), "--ref-deps", "--jobs",
+                    str(jobs), "--out", str(out)], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return time.monotonic() - started
+
+
+def wrong_verdicts(out: Path, kinds: dict[str, tuple[str, str | None]]) -> list[str]:
+    wrong = []
+    for row in csv.DictReader((out / "grades.csv").open()):
+        kind, must_fail = kinds[row["submission"]]
+        failed = row["failed_tests"].split(";") if row["failed_tests"] else []
+        ok = {"correct": row["status"] == "pass" and row["score"] == row["max_score"],
+              "buggy": row["status"] == "fail" and must_fail in failed,
+              "hanging": row["status"] != "pass",
+              "hostile": row["score"] == "0" and row["status"] != "pass"}[kind]
+        if not ok:
+            wrong.append(f"{row['submission']}: {row['status']} {row['score']}/{row['max_score']} {row['hint'][:120]}")
+    return wrong
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for kind, default in (("correct", 60), ("buggy", 20), ("hanging", 10), ("hostile", 10)):
+        parser.add_argument(f"--{kind}", type=int, default=default)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    counts = {k: getattr(args, k) for k in ("correct", "buggy", "hanging", "hostile")}
+    with tempfile.TemporaryDirectory(prefix="ol-bench-class-") as tmp:
+        root = Path(tmp)
+        kinds = make_class(root / "subs", counts)
+        paths = [root / "subs" / name for name in kinds]
+        whole = grade(paths, root / "all", args.jobs)
+        wrong = wrong_verdicts(root / "all", kinds)
+        correct = [p for p in paths if kinds[p.name][0] == "correct"]
+        alone = grade(correct, root / "correct", args.jobs)
+    print(f"ol grade, {len(paths)} submissions ({', '.join(f'{n} {k}' for k, n in counts.items())}), "
+          f"--jobs {args.jobs}: {whole:.0f} s")
+    print(f"the {len(correct)} correct ones alone: {alone:.0f} s; ratio {whole / alone:.2f}")
+    print(f"wrong verdicts: {len(wrong)}")
+    for line in wrong:
+        print(f"  {line}")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
