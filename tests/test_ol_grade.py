@@ -82,7 +82,7 @@ def test_grade_mixed_class(tmp_path):
 
     out = tmp_path / "out"
     ran = ol("grade", "L10.8", *map(str, everything), "--ref-deps", "--jobs", "2", "--out", str(out),
-             "--limit", "25", limit=300)
+             "--timeout", "6", "--limit", "20", limit=300)
     assert ran.code == 0, ran.text
 
     rows = list(csv.reader((out / "grades.csv").open()))
