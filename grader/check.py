@@ -124,6 +124,7 @@ def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
         _print_sources(sources)
         with tempfile.TemporaryDirectory(prefix="ol-check-") as tmp:
             if isolate:
+                sandbox.hide_memory()
                 box = sandbox.claim()
                 impl, env = isolation.prepare(sources, Path(tmp), box)
                 result, run = evaluate(catalog, module, impl, timeout, keyword, _OutcomePrinter(), announce_diagnosis=True,

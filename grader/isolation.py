@@ -46,7 +46,7 @@ from rpyc.core.stream import SocketStream
 
 from grader import learner_server
 from grader.learner_server import NUMERIC_KINDS, RPC_CONFIG, RPC_FD_ENV, Objects, builtin_base, kept, rebuild, resolve
-from grader.sandbox import Sandbox
+from grader.sandbox import Sandbox, hide_memory
 
 LEARNER_IMPL_ENV = "OL_LEARNER_IMPL"
 LEARNER_SANDBOX_ENV = "OL_LEARNER_SANDBOX"
@@ -94,6 +94,9 @@ class _Session:
     generation = 0
 
     def __init__(self) -> None:
+        # Before the learner's process exists: even as the same user it may not read this one's
+        # memory, environment (the recorder's nonce) or descriptors (the recorder's pipe).
+        hide_memory()
         impl = os.environ[LEARNER_IMPL_ENV]
         box = Sandbox.from_env(os.environ.get(LEARNER_SANDBOX_ENV, ""))
         mine, theirs = socket.socketpair()
@@ -139,6 +142,10 @@ def _reply(call, *args) -> dict:
         text = call(session, *args)
     except (EOFError, OSError) as err:
         raise session.gone(err) from None
+    except Exception:
+        raise
+    except BaseException as err:  # sent by the learner's process (KeyboardInterrupt): not the judge's to obey
+        raise LearnerGone(f"the process running the code under test sent {type(err).__name__}") from None
     if type(text) is not str:
         raise LearnerGone("the process running the code under test answered with something other than data")
     data = json.loads(text)

@@ -45,7 +45,7 @@ MESSAGE_LIMIT = 2000
 # rpyc's options for a peer that is not trusted: no attribute access, no pickles, no custom
 # exceptions built from the wire; only the ``exposed_`` methods of each side's service.
 RPC_CONFIG = {
-    "allow_public_attrs": False, "allow_all_attrs": False, "allow_setattr": False, "allow_delattr": False,
+    "allow_safe_attrs": False, "log_exceptions": False, "allow_public_attrs": False, "allow_all_attrs": False, "allow_setattr": False, "allow_delattr": False,
     "allow_pickle": False, "import_custom_exceptions": False, "instantiate_custom_exceptions": False,
     "instantiate_oldstyle_exceptions": False, "include_local_traceback": False, "include_local_version": False,
     "propagate_SystemExit_locally": False, "propagate_KeyboardInterrupt_locally": False,
@@ -348,10 +348,10 @@ class LearnerService(rpyc.Service):
             result = _invoke(op, spec, args, kwargs)
             return json.dumps({"ok": encode(result), "after": _after(args, kwargs) if op == "call" else []})
         except BaseException as err:  # the learner's code raising is an answer like any other
-            if isinstance(err, (KeyboardInterrupt,)):
-                raise
             if isinstance(err, SystemExit):
                 err = RuntimeError(f"the code under test called sys.exit({err.code!r})")
+            elif not isinstance(err, Exception):
+                err = RuntimeError(f"the code under test raised {type(err).__name__}")
             return json.dumps({"raise": encode_error(err)["$raise"]})
 
 
