@@ -2,9 +2,9 @@
 
 ``PATH`` is a folder or a zip file holding ``tinyllm/`` (at its top or one folder down). Its
 ``tinyllm/*.py`` files are copied (or extracted) into a temporary workspace, never changed where
-they are; the check runs there inside a :class:`~grader.sandbox.Sandbox`, and ``OUT`` receives the
-results as ``ol check --json`` writes them, plus ``submission``, ``score``, ``max_score`` and
-``hint``. ``ol grade`` runs one such process per submission, so a submission that exhausts memory,
+they are; the check runs there as an isolated check (:mod:`grader.isolation`: the learner's code in
+a :class:`~grader.sandbox.Sandbox` of its own), and ``OUT`` receives the results as
+``ol check --json`` writes them, plus ``score``, ``max_score`` and ``hint``. ``ol grade`` runs one such process per submission, so a submission that exhausts memory,
 floods or forks harms only its own process tree, which this process kills before it exits.
 """
 
@@ -96,7 +96,7 @@ def _extract_package(archive: Path, package: Path) -> None:
 
 
 def grade_one(module_id: str, submission: Path, ref_deps: bool, timeout: float | None, limit: float | None,
-              box: sandbox.Sandbox, hints: bool = True, isolate: bool = True) -> dict:
+              box: sandbox.Sandbox, hints: bool = True) -> dict:
     """The results of one submission (``ol check --json``'s format plus its score and hint)."""
     catalog = load_catalog()
     module = catalog.get(module_id)
@@ -115,15 +115,10 @@ def grade_one(module_id: str, submission: Path, ref_deps: bool, timeout: float |
                 " (grade with --ref-deps to take the modules it needs from the reference)"
             return _with_score(CheckResult.failed_to_run(module.id, f"missing from the submission: {why}{hint}", module))
         sources = assemble.plan(catalog, module, ws, ref_deps)
-        if isolate:
-            judge_impl, env = isolation.prepare(sources, Path(tmp) / "isolated", box)
-            result, _ = evaluate(catalog, module, judge_impl, timeout, limit=limit, sandbox=box.judge(), env=env,
-                                 diagnose_failures=hints)
-            result.paths += (env[isolation.LEARNER_IMPL_ENV],)
-        else:
-            impl = assemble.build(sources, Path(tmp) / "impl")
-            box.share(impl)
-            result, _ = evaluate(catalog, module, impl, timeout, limit=limit, sandbox=box, diagnose_failures=hints)
+        judge_impl, env = isolation.prepare(sources, Path(tmp) / "isolated", box)
+        result, _ = evaluate(catalog, module, judge_impl, timeout, limit=limit, sandbox=box.judge(), env=env,
+                             diagnose_failures=hints)
+        result.paths += (env[isolation.LEARNER_IMPL_ENV],)
     return _with_score(result)
 
 
