@@ -157,3 +157,18 @@ def test_prompt_lookup_equals_plain_greedy_on_the_real_model(real):
     assert len(plain.tokens) == 24
     assert spec.tokens == plain.tokens
     assert spec.stats.accepted > 0 and spec.stats.target_calls < plain.stats.target_calls
+
+
+def test_plain_gemm_mode_gives_the_same_logits_up_to_rounding():
+    # The benchmarks' "one-row" decoding: TinyLlama.batch_invariant = False runs plain gemms.
+    from tinyllm.model import LlamaConfig, TinyLlama
+
+    model = TinyLlama.random(LlamaConfig(), seed=3)
+    ids, positions = [5, 17, 99, 200, 3], list(range(5))
+    exact = model.forward(model.new_pool(2, 8), [[0]] * 5, positions, ids)
+    model.batch_invariant = False
+    plain = model.forward(model.new_pool(2, 8), [[0]] * 5, positions, ids)
+    model.batch_invariant = True
+    again = model.forward(model.new_pool(2, 8), [[0]] * 5, positions, ids)
+    np.testing.assert_allclose(plain, exact, rtol=1e-4, atol=1e-4)
+    assert np.array_equal(again, exact)
