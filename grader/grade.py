@@ -12,6 +12,7 @@ import csv
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,15 +23,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.catalog import check_fixtures, load_catalog
-from grader.errors import UsageError
+from grader.catalog import Catalog, Module, check_fixtures, load_catalog
+from grader.errors import GraderError, UsageError
 from grader.run import STARTUP_ALLOWANCE, run_limit
 from grader.sandbox import Sandbox, claim
 
 CSV_HEADER = ["submission", "score", "max_score", "status", "failed_tests", "hint"]
-# The whole check of one submission, unless --limit says otherwise: far above an honest
-# submission's few seconds, far below every test hanging to its timeout.
+# The whole check of one submission, unless --limit says otherwise: CALIBRATION_FACTOR times the
+# reference's check on this machine (graded first), within MIN_LIMIT..DEFAULT_LIMIT seconds: far
+# above an honest submission's time, far below every test hanging to its timeout.
 DEFAULT_LIMIT = 60.0
+MIN_LIMIT = 30.0
+CALIBRATION_FACTOR = 4.0
 # Beyond the check: assembling, the diagnosis of failed tests, writing the results.
 WORKER_MARGIN = 120.0
 REPO = Path(__file__).resolve().parents[1]
@@ -65,13 +69,13 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     paths = _submissions(submissions)
     out_dir = Path(out or "grades")
     out_dir.mkdir(parents=True, exist_ok=True)
-    limit = limit or min(DEFAULT_LIMIT, run_limit(module, timeout or module.timeout))
     names = _unique_names(paths)
-    progress = _Progress(len(paths))
     slots: queue.Queue[Sandbox] = queue.Queue()
     for _ in range(jobs):
         slots.put(claim())
     started = time.monotonic()
+    limit = limit or calibrate(catalog, module, slots.queue[0], ref_deps, timeout)
+    progress = _Progress(len(paths))
 
     def one(item: tuple[Path, str]) -> Graded:
         path, name = item
@@ -97,6 +101,29 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
           f"{counts['pass']} pass, {counts['fail']} fail, {counts['error']} error. "
           f"Wrote {out_dir / 'grades.csv'} and one JSON per submission.")
     return 3 if any(g.results.get("grader_error") for g in graded) else 0
+
+
+def calibrate(catalog: Catalog, module: Module, box: Sandbox, ref_deps: bool, timeout: float | None) -> float:
+    """Grade the reference first: this machine must pass it, and its time sets each submission's
+    bound (``CALIBRATION_FACTOR`` times it, within ``MIN_LIMIT``..``DEFAULT_LIMIT`` s)."""
+    print(f"Checking the reference's {module.id} here first ...", flush=True)
+    with tempfile.TemporaryDirectory(prefix="ol-grade-ref-") as tmp:
+        package = Path(tmp) / "reference" / "tinyllm"
+        package.mkdir(parents=True)
+        files = list(module.learner_files) + ([] if ref_deps else [f for dep in catalog.needs_of(module)
+                                                                       for f in dep.learner_files])
+        for name in files:
+            shutil.copyfile(catalog.reference / "tinyllm" / name, package / name)
+        bound = run_limit(module, timeout or module.timeout)
+        graded = grade_in_worker(module.id, package.parent, "reference", box, ref_deps, timeout, bound, hints=False)
+    if graded.results.get("status") != "pass":
+        failed = [t["name"] for t in graded.results.get("tests", []) if t.get("status") != "pass"]
+        why = graded.results.get("message") or f"{', '.join(failed[:3])} failed"
+        raise GraderError(f"the reference does not pass {module.id} on this machine ({why}); nothing was graded")
+    limit = min(DEFAULT_LIMIT, max(MIN_LIMIT, CALIBRATION_FACTOR * graded.seconds))
+    print(f"The reference passes in {graded.seconds:.1f} s; each submission's check is bounded by {limit:.0f} s "
+          "(--limit to change).", flush=True)
+    return limit
 
 
 def _submissions(given: list[str]) -> list[Path]:
