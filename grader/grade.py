@@ -148,14 +148,14 @@ def _unique_names(paths: list[Path]) -> list[str]:
     return names
 
 
-def grade_in_worker(module_id: str, path: Path, name: str, slot: Sandbox, ref_deps: bool, timeout: float | None,
+def grade_in_worker(module_id: str, path: Path, name: str, box: Sandbox, ref_deps: bool, timeout: float | None,
                     limit: float, hints: bool = True) -> Graded:
-    """One submission graded by ``python -m grader.submission``, bounded from here too."""
+    """One submission graded by ``python -m grader.submission`` in the sandbox ``box``, bounded from here too."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ol-grade-out-") as tmp:
         out = Path(tmp) / "results.json"
         command = [sys.executable, "-B", "-m", "grader.submission", module_id, str(path.resolve()), str(out),
-                   "--sandbox", slot.to_env(), "--limit", str(limit)]
+                   "--sandbox", box.to_env(), "--limit", str(limit)]
         if ref_deps:
             command.append("--ref-deps")
         if not hints:
@@ -170,7 +170,7 @@ def grade_in_worker(module_id: str, path: Path, name: str, slot: Sandbox, ref_de
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
             child.communicate()
-            slot.reap()
+            box.reap()
             return Graded(name, _error(module_id, f"grading took longer than {limit + WORKER_MARGIN:g} s and was stopped"),
                           time.monotonic() - started)
         try:
