@@ -14,8 +14,8 @@ What crosses, and how:
 - judge to learner: a pickle (the judge is trusted). Values travel by value; the judge's objects
   that the learner's package cannot import (the suite's fake targets, callbacks) travel as
   references, and using one here calls back into the judge. Lists, dicts, arrays and objects of
-  ``tinyllm`` classes passed as arguments come back after the call (their final contents), so
-  the judge sees what the learner's code did to them.
+  ``tinyllm`` classes passed as arguments come back after the call when it changed them (their
+  final contents), so the judge sees what the learner's code did to them.
 - learner to judge: JSON with a few tagged forms (tuples, arrays, enum members, dataclass fields,
   references to objects that stay here). Never a pickle: the judge decodes data, and runs nothing
   the learner chose.
@@ -321,14 +321,54 @@ def _invoke(op: str, spec, args: list, kwargs: dict):
     raise ValueError(f"unknown operation {op!r}")
 
 
-def _after(args: list, kwargs: dict) -> list:
-    """The final contents of the mutable arguments, for the judge to copy back into its own."""
+def _before(args: list, kwargs: dict) -> dict:
+    """What the mutable arguments hold before a call, to send back only those it changed."""
+    return {key: _snapshot(value) for key, value in [*enumerate(args), *kwargs.items()] if _mutable(value)}
+
+
+def _mutable(value) -> bool:
+    if isinstance(value, (list, dict, np.ndarray)):
+        return True
+    return (not isinstance(value, type) and (getattr(type(value), "__module__", "") or "").startswith("tinyllm")
+            and not dataclasses.is_dataclass(value) and not isinstance(value, enum.Enum) and hasattr(value, "__dict__"))
+
+
+def _snapshot(value, depth: int = 0) -> tuple:
+    """``value``'s contents: arrays by their bytes, lists, dicts and ``tinyllm`` objects by their
+    items', anything else (immutable) as the object itself, held so its identity stays its own."""
+    if isinstance(value, np.ndarray):
+        return ("a", value.shape, value.dtype.str, value.tobytes())
+    if depth <= 4 and isinstance(value, list):
+        return ("l", [_snapshot(v, depth + 1) for v in value])
+    if depth <= 4 and (isinstance(value, dict) or _mutable(value)):
+        items = value if isinstance(value, dict) else vars(value)
+        return ("d", [(k, _snapshot(v, depth + 1)) for k, v in items.items()])
+    return ("o", value)
+
+
+def _unchanged(a: tuple, b: tuple) -> bool:
+    if a[0] != b[0]:
+        return False
+    if a[0] == "o":
+        return a[1] is b[1]
+    if a[0] == "a":
+        return a[1:] == b[1:]
+    if len(a[1]) != len(b[1]):
+        return False
+    if a[0] == "l":
+        return all(_unchanged(x, y) for x, y in zip(a[1], b[1]))
+    return all(k == j and _unchanged(x, y) for (k, x), (j, y) in zip(a[1], b[1]))
+
+
+def _after(args: list, kwargs: dict, before: dict) -> list:
+    """The final contents of the mutable arguments the call changed, for the judge to copy back."""
     out = []
     for key, value in [*enumerate(args), *kwargs.items()]:
+        if key not in before or _unchanged(before[key], _snapshot(value)):
+            continue
         if isinstance(value, (list, dict, np.ndarray)):
             out.append([key, encode(value)])
-        elif (not isinstance(value, type) and (getattr(type(value), "__module__", "") or "").startswith("tinyllm")
-              and not dataclasses.is_dataclass(value) and not isinstance(value, enum.Enum) and hasattr(value, "__dict__")):
+        else:
             out.append([key, {"$state": encode(dict(vars(value)))}])
     return out
 
@@ -345,8 +385,9 @@ class LearnerService(rpyc.Service):
     def exposed_invoke(self, payload: bytes) -> str:
         try:
             op, spec, args, kwargs = _load(bytes(payload))
+            before = _before(args, kwargs) if op == "call" else {}
             result = _invoke(op, spec, args, kwargs)
-            return json.dumps({"ok": encode(result), "after": _after(args, kwargs) if op == "call" else []})
+            return json.dumps({"ok": encode(result), "after": _after(args, kwargs, before)})
         except BaseException as err:  # the learner's code raising is an answer like any other
             if isinstance(err, SystemExit):
                 err = RuntimeError(f"the code under test called sys.exit({err.code!r})")
