@@ -8,6 +8,7 @@ its output or forks without end costs its own time bound and nothing more. ``--o
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -76,6 +77,7 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     started = time.monotonic()
     limit = limit or calibrate(catalog, module, slots.queue[0], ref_deps, timeout)
     progress = _Progress(len(paths))
+    stopping = threading.Event()
 
     def one(item: tuple[Path, str]) -> Graded:
         path, name = item
@@ -85,12 +87,21 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
             graded = grade_in_worker(module.id, path, name, slot, ref_deps, timeout, limit)
         finally:
             slots.put(slot)
+        if stopping.is_set():
+            raise KeyboardInterrupt
         (out_dir / f"{name}.json").write_text(json.dumps(graded.results, indent=2) + "\n")
         progress.done(graded)
         return graded
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        graded = list(pool.map(one, zip(paths, names)))
+        futures = [pool.submit(one, item) for item in zip(paths, names)]
+        try:
+            graded = [f.result() for f in futures]
+        except BaseException:   # interrupted: grade nothing more, stop what runs, record none of it
+            stopping.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_workers()
+            raise
     progress.finish()
     with open(out_dir / "grades.csv", "w", newline="") as f:
         writer = csv.writer(f)
@@ -165,6 +176,7 @@ def grade_in_worker(module_id: str, path: Path, name: str, box: Sandbox, ref_dep
         env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
         child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, start_new_session=True)
+        _WORKERS.add(child)
         try:
             _, err = child.communicate(timeout=limit + WORKER_MARGIN + STARTUP_ALLOWANCE)
         except subprocess.TimeoutExpired:
@@ -173,12 +185,31 @@ def grade_in_worker(module_id: str, path: Path, name: str, box: Sandbox, ref_dep
             box.reap()
             return Graded(name, _error(module_id, f"grading took longer than {limit + WORKER_MARGIN:g} s and was stopped"),
                           time.monotonic() - started)
+        finally:
+            _WORKERS.discard(child)
         try:
             results = json.loads(out.read_text())
         except (OSError, ValueError):
             tail = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
             results = {**_error(module_id, f"ol could not grade this submission: {tail[0]}"), "grader_error": True}
     return Graded(name, results, time.monotonic() - started)
+
+
+_WORKERS: set[subprocess.Popen] = set()
+
+
+def stop_workers() -> None:
+    """Ask every grading process to stop (each then kills what it started), then kill them."""
+    workers = list(_WORKERS)
+    for child in workers:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGTERM)
+    for child in workers:
+        try:
+            child.wait(5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
 
 
 def _error(module_id: str, message: str) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import stat
 import sys
 import tempfile
@@ -128,6 +129,10 @@ def _with_score(result: CheckResult) -> dict:
     return {**result.as_json(), "score": score, "max_score": max_score, "hint": hints[0] if hints else ""}
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt     # unwinds through main's cleanup: what this grading started is killed
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader.submission")
     parser.add_argument("module")
@@ -141,6 +146,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     sandbox.become_subreaper()
     sandbox.hide_memory()
+    signal.signal(signal.SIGTERM, _stop)
     box = sandbox.Sandbox.from_env(args.sandbox) if args.sandbox is not None else sandbox.claim()
     try:
         results = grade_one(args.module, args.submission, args.ref_deps, args.timeout, args.limit, box,
