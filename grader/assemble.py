@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.catalog import Catalog, Module
+from grader.errors import UsageError
 from grader.workspace import Workspace
 
 
@@ -22,6 +23,20 @@ class Source:
     path: Path       # where it is copied from
     origin: str      # for people: "your workspace" / "reference"
     why: str         # for people: "L10.8", "L10.1, needed", "given", "your helper"
+
+
+def require_files(catalog: Catalog, module: Module, ws: Workspace, ref_deps: bool, verb: str) -> None:
+    """Refuse (exit 2) when the module's files, or without ``ref_deps`` its needs' files, are not in ``ws``."""
+    missing = ws.missing_files(module)
+    if missing:
+        raise UsageError(f"{module.id} is not started: tinyllm/{missing[0]} is not in {ws.package}. "
+                         f"Run: ol start {module.id}")
+    if not ref_deps:
+        absent = [f"{dep.id} (tinyllm/{ws.missing_files(dep)[0]})" for dep in catalog.needs_of(module)
+                  if ws.missing_files(dep)]
+        if absent:
+            raise UsageError(f"{module.id} needs {', '.join(absent)}, not in your workspace; "
+                             f"run: ol {verb} {module.id} --ref-deps")
 
 
 def plan(catalog: Catalog, module: Module, ws: Workspace, ref_deps: bool) -> list[Source]:

@@ -28,13 +28,7 @@ def diff(module_id: str, workspace: str | None = None, ref_deps: bool = False, s
     catalog = load_catalog()
     module = catalog.get(module_id)
     ws = resolve_workspace(workspace)
-    missing = ws.missing_files(module)
-    if missing:
-        raise UsageError(f"{module.id} is not started: tinyllm/{missing[0]} is not in {ws.package}. Run: ol start {module.id}")
-    if not ref_deps:
-        absent = [f"{dep.id} (tinyllm/{ws.missing_files(dep)[0]})" for dep in catalog.needs_of(module) if ws.missing_files(dep)]
-        if absent:
-            raise UsageError(f"{module.id} needs {', '.join(absent)}, not in your workspace; run: ol diff {module.id} --ref-deps")
+    assemble.require_files(catalog, module, ws, ref_deps, "diff")
     check_fixtures(module)
     if not has_cases(module):
         print(f"{module.id}'s tests have no cases to compare; ol check's messages are the detail.")

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from grader import assemble
 from grader.catalog import load_catalog
-from grader.errors import UsageError
 from grader.workspace import resolve_workspace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,13 +25,7 @@ def shell(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
     catalog = load_catalog()
     module = catalog.get(module_id)
     ws = resolve_workspace(workspace)
-    missing = ws.missing_files(module)
-    if missing:
-        raise UsageError(f"{module.id} is not started: tinyllm/{missing[0]} is not in {ws.package}. Run: ol start {module.id}")
-    if not ref_deps:
-        absent = [dep.id for dep in catalog.needs_of(module) if ws.missing_files(dep)]
-        if absent:
-            raise UsageError(f"{module.id} needs {', '.join(absent)}, not in your workspace; run: ol shell {module.id} --ref-deps")
+    assemble.require_files(catalog, module, ws, ref_deps, "shell")
     with tempfile.TemporaryDirectory(prefix="ol-shell-") as tmp:
         impl = assemble.build(assemble.plan(catalog, module, ws, ref_deps), Path(tmp))
         startup = Path(tmp) / "startup.py"

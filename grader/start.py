@@ -37,8 +37,8 @@ def start(module_id: str, workspace: str | None = None, force: bool = False) -> 
     remember_workspace(ws.root, catalog.root)  # for notebooks opened without ol lab
     print(_next_steps(catalog, module, ws))
     if warm_in_background(module):
-        print(f"\n(ol is computing the named pitfalls' answers in the background, at low priority, so that "
-              f"ol check's hints come quickly.)")
+        print("\n(ol is computing the named pitfalls' answers in the background, at low priority, so that "
+              "ol check's hints come quickly.)")
     return 0
 
 

@@ -7,10 +7,9 @@ attack added: a single passing test is a forged verdict.
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 
-from ol_helpers import ROOT, ol
+from ol_helpers import ROOT, daemons_left, ol
 
 STUB = (ROOT / "course" / "stubs" / "L10.8" / "spec.py").read_text()
 MARKER = "ol-forge-test-daemon-41c9"
@@ -116,18 +115,6 @@ def workspace(root: Path, name: str, text: str) -> Path:
     return root / name
 
 
-def daemons_left() -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if MARKER.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
 def test_forged_records_do_not_pass_an_isolated_check(tmp_path):
     ws = workspace(tmp_path, "forger", FORGE_RECORDS + STUB)
     ran = ol("check", "L10.8", "--ref-deps", "--isolate", workspace=ws, limit=120)
@@ -146,5 +133,5 @@ def test_hostile_battery_gets_no_point(tmp_path):
     assert [r["submission"] for r in rows] == [s.name for s in subs]
     forged = [(r["submission"], r["score"], r["status"]) for r in rows if r["score"] != "0" or r["status"] == "pass"]
     assert not forged, f"hostile submissions scored: {forged}"
-    assert not daemons_left(), "a daemon started by a submission outlived ol grade"
+    assert not daemons_left(MARKER), "a daemon started by a submission outlived ol grade"
     assert ran.seconds < 240, f"the battery took {ran.seconds:.0f} s"

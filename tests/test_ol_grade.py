@@ -10,7 +10,7 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from ol_helpers import REFERENCE, ROOT, ol
+from ol_helpers import REFERENCE, ROOT, daemons_left, ol
 
 STUB = ROOT / "course" / "stubs" / "L10.8" / "spec.py"
 MARKER = "ol-grade-test-daemon-7f3a"
@@ -52,18 +52,6 @@ def tree_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def daemons_left() -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if MARKER.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
 def test_grade_mixed_class(tmp_path):
     subs = tmp_path / "subs"
     good = make_folder(subs, "alice", (REFERENCE / "spec.py").read_text())
@@ -98,7 +86,7 @@ def test_grade_mixed_class(tmp_path):
         assert by_name[name]["status"] == "error" and by_name[name]["score"] == "0", by_name[name]
     # A fork bomb or a daemon may pass its tests (the code is the reference's), but is bounded and cleaned up.
     assert by_name["forks"]["status"] in ("pass", "fail", "error")
-    assert not daemons_left(), "a daemon started by a submission outlived ol grade"
+    assert not daemons_left(MARKER), "a daemon started by a submission outlived ol grade"
 
     results = json.loads((out / "alice.json").read_text())
     assert (results["version"], results["status"], results["message"], results["score"]) == (3, "pass", None, 20)
