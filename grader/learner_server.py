@@ -40,6 +40,8 @@ import numpy as np
 import rpyc
 from rpyc.core.stream import SocketStream
 
+from grader.protocol import where_in_package
+
 RPC_FD_ENV = "OL_RPC_FD"
 MESSAGE_LIMIT = 2000
 # rpyc's options for a peer that is not trusted: no attribute access, no pickles, no custom
@@ -116,7 +118,7 @@ def encode_error(err: BaseException) -> dict:
     cls = type(err)
     base = builtin_base(cls)
     message = " ".join(str(err).split("\n")[:1]) if str(err).strip() else ""
-    where = _where_in_package(err.__traceback__)
+    where = where_in_package(err.__traceback__)
     if where and not isinstance(err, AssertionError):
         message = f"{message} ({where})" if message else f"({where})"
     return {"$raise": [cls.__module__, cls.__qualname__, base, message[:MESSAGE_LIMIT]]}
@@ -126,16 +128,6 @@ def builtin_base(cls: type) -> str:
     """The nearest builtin exception class ``cls`` derives from, by name."""
     return next((c.__name__ for c in cls.__mro__ if c.__module__ == "builtins" and c.__name__ in BUILTIN_ERRORS),
                 "Exception")
-
-
-def _where_in_package(tb) -> str | None:
-    where = None
-    while tb is not None:
-        path = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
-        if "/tinyllm/" in path:
-            where = f"tinyllm/{path.rsplit('/tinyllm/', 1)[1]}, line {tb.tb_lineno}"
-        tb = tb.tb_next
-    return where
 
 
 # --- what travels judge -> learner: a pickle, with references to the judge's objects ---------------

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from grader.protocol import FD_ENV, NONCE_ENV
+from grader.protocol import FD_ENV, NONCE_ENV, where_in_package
 
 MESSAGE_LIMIT = 400
 # A failed case's message (grader.cases) spans lines: which case, the call, expected, yours, the rule.
@@ -74,19 +74,8 @@ def _describe(exc: BaseException) -> str:
     detail = _first_line(str(exc))
     name = type(exc).__name__
     text = f"{name}: {detail}" if detail else name
-    where = None if isinstance(exc, AssertionError) else _where_in_package(exc.__traceback__)
+    where = None if isinstance(exc, AssertionError) else where_in_package(exc.__traceback__)
     return f"{text} ({where})" if where else text
-
-
-def _where_in_package(tb) -> str | None:
-    """``tinyllm/spec.py, line 70`` for the innermost frame in the package under test, if any."""
-    where = None
-    while tb is not None:
-        path = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
-        if "/tinyllm/" in path:
-            where = f"tinyllm/{path.rsplit('/tinyllm/', 1)[1]}, line {tb.tb_lineno}"
-        tb = tb.tb_next
-    return where
 
 
 def _report_reason(report) -> str:
