@@ -1,0 +1,436 @@
+"""Draft models and token trees (L10.9).
+
+A drafter proposes a tree of continuations instead of a chain; the target scores every node in
+one pass under a tree attention mask; the verifier keeps the longest accepted path (greedy) or
+runs accept-or-resample over each node's children (sampled); the accepted path's KV is moved
+into place and every other node's blocks are returned. Section numbers refer to the module card
+(``course/L10.9.md``); the functions come in the order its section 2 lists them.
+"""
+
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from .kvpool import KvPool
+from .pcg32 import Pcg32
+from .sampling import (SamplingParams, apply_penalties, argmax, distribution, log_softmax_at, sample,
+                       stream, walk)
+from .spec import (Generated, SpecError, SpecStats, dense_distribution, prompt_lookup, residual,
+                   rollback, sample_dense)
+
+DRAFT_STREAM = 55  # the draft model's generator: Pcg32(seed, 55), apart from the request's stream 54
+
+
+class TreeError(SpecError):
+    """A malformed tree, round or path, named with the offending value."""
+
+
+@dataclass
+class DraftTree:
+    """A draft flattened by depth: node 0 is the pending token, ``parents[0] == -1``.
+
+    ``probs[i]`` is the distribution node ``i``'s token was drawn from, or None for a token chosen
+    deterministically (its q is one-hot); ``probs`` None means every node is deterministic.
+    """
+
+    tokens: list[int]
+    parents: list[int]
+    probs: list[np.ndarray | None] | None = None
+
+
+@dataclass
+class TreeVerified:
+    tokens: list[int]      # the accepted nodes' tokens, then one correction or bonus token
+    path: list[int]        # the accepted nodes, root first: len(path) == len(tokens)
+    logprobs: list[float]
+
+
+# --- 2.1 The shape of a tree -----------------------------------------------------------------
+
+def tree_depths(parents: Sequence[int]) -> list[int]:
+    """Depth of every node: 0 for the root, one more than its parent's (section 2.1).
+
+    Raises :class:`TreeError` unless ``parents[0] == -1``, every other parent comes before its
+    child, and depths never decrease along the list (the tree is flattened by depth).
+    """
+    if len(parents) == 0 or parents[0] != -1:
+        raise TreeError(f"parents must start with -1 (node 0 is the root), got {list(parents)[:1]}")
+    depths = [0]
+    for i in range(1, len(parents)):
+        p = parents[i]
+        if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not 0 <= p < i:
+            raise TreeError(f"parents[{i}] = {p!r}: a node's parent must be one of the nodes 0..{i - 1}")
+        depth = depths[p] + 1
+        if depth < depths[-1]:
+            raise TreeError(f"node {i} at depth {depth} follows a node at depth {depths[-1]}: "
+                            "flatten the tree by depth")
+        depths.append(depth)
+    return depths
+
+
+def tree_mask(parents: Sequence[int]) -> np.ndarray:
+    """``mask[j, i]`` is True iff ``i == j`` or ``i`` is an ancestor of ``j`` (section 2.1).
+
+    A node's row is its parent's row plus itself: parents come first, so one pass fills it.
+    """
+    tree_depths(parents)
+    n = len(parents)
+    mask = np.zeros((n, n), dtype=bool)
+    for j in range(n):
+        if parents[j] >= 0:
+            mask[j] = mask[parents[j]]
+        mask[j, j] = True
+    return mask
+
+
+def tree_positions(start: int, parents: Sequence[int]) -> list[int]:
+    """RoPE positions ``start + depth``: siblings share a position (section 2.1)."""
+    if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
+        raise TreeError(f"start must be an integer >= 0, got {start!r}")
+    return [int(start) + d for d in tree_depths(parents)]
+
+
+def tree_paths(parents: Sequence[int]) -> list[list[int]]:
+    """Every root-to-leaf path as node indices, root first; leaves in node order (section 2.1)."""
+    tree_depths(parents)
+    inner = set(parents[1:])
+    paths = []
+    for leaf in range(len(parents)):
+        if leaf in inner:
+            continue
+        path = [leaf]
+        while parents[path[-1]] != -1:
+            path.append(parents[path[-1]])
+        paths.append(path[::-1])
+    return paths
+
+
+# --- 2.2 Drafters ----------------------------------------------------------------------------
+
+class Drafter(Protocol):
+    def propose(self, ctx: Sequence[int], pending: int, k: int) -> DraftTree:
+        """A tree rooted at ``pending`` with at most ``k`` nodes besides the root; ``ctx`` is
+        every token before ``pending``."""
+
+
+def chain_tree(pending: int, draft: Sequence[int], probs: Sequence[np.ndarray] | None = None) -> DraftTree:
+    """The chain ``pending, d1 .. dm`` as a tree: ``parents = [-1, 0, 1, .., m-1]`` (section 2.2)."""
+    return DraftTree([int(pending)] + [int(t) for t in draft], list(range(-1, len(draft))),
+                     None if probs is None else [None] + list(probs))
+
+
+@dataclass
+class PromptLookupDrafter:
+    """L10.8's prompt lookup over ``ctx + [pending]``, as a chain (section 2.2)."""
+
+    k: int = 4
+    max_ngram: int = 3
+    min_ngram: int = 1
+
+    def propose(self, ctx: Sequence[int], pending: int, k: int) -> DraftTree:
+        text = [int(t) for t in ctx] + [int(pending)]
+        return chain_tree(pending, prompt_lookup(text, min(self.k, k), self.max_ngram, self.min_ngram))
+
+
+@dataclass
+class SuffixTreeDrafter:
+    """Continuations of several earlier occurrences of the longest matching suffix, merged (2.2).
+
+    For ``n`` from ``max_ngram`` down to ``min_ngram``, the first ``n`` whose suffix occurred
+    earlier decides: up to ``width`` occurrences, latest first, each continued by up to ``k``
+    tokens (running on into the suffix as prompt lookup does), are merged into a trie. A node's
+    count is how many continuations pass through it; the ``k`` nodes with the highest counts are
+    kept (ties: shallower, then inserted earlier), and children are ordered the same way.
+    """
+
+    k: int = 8
+    width: int = 4
+    max_ngram: int = 3
+    min_ngram: int = 1
+
+    def propose(self, ctx: Sequence[int], pending: int, k: int) -> DraftTree:
+        text = [int(t) for t in ctx] + [int(pending)]
+        budget = min(self.k, k)
+        t = len(text)
+        for n in range(self.max_ngram, self.min_ngram - 1, -1):
+            if n >= t:
+                continue
+            starts = [i for i in range(t - n - 1, -1, -1) if text[i:i + n] == text[t - n:]][:self.width]
+            if starts:
+                return trie_tree(int(pending), [text[i + n:i + n + budget] for i in starts], budget)
+        return DraftTree([int(pending)], [-1])
+
+
+def trie_tree(root: int, continuations: Sequence[Sequence[int]], budget: int) -> DraftTree:
+    """Merge continuations into a trie under ``root``; keep the ``budget`` best-supported nodes,
+    flattened breadth-first (section 2.2)."""
+    tokens, parents, depth, count = [root], [-1], [0], [len(continuations)]
+    kids: list[list[int]] = [[]]
+    for cont in continuations:
+        node = 0
+        for tok in cont:
+            child = next((c for c in kids[node] if tokens[c] == tok), None)
+            if child is None:
+                child = len(tokens)
+                tokens.append(tok), parents.append(node), depth.append(depth[node] + 1), count.append(0)
+                kids.append([])
+                kids[node].append(child)
+            count[child] += 1
+            node = child
+    rank = lambda i: (-count[i], depth[i], i)  # noqa: E731 -- a parent always ranks before its child
+    kept = set(sorted(range(1, len(tokens)), key=rank)[:max(budget, 0)])
+    order, new_parents, index = [0], [-1], {0: 0}
+    for node in order:  # breadth-first: the list grows while it is walked
+        for child in sorted((c for c in kids[node] if c in kept), key=rank):
+            index[child] = len(order)
+            order.append(child)
+            new_parents.append(index[node])
+    return DraftTree([tokens[i] for i in order], new_parents)
+
+
+class ModelDrafter:
+    """A small llama drafts a chain at the request's temperature and keeps each q (section 2.2).
+
+    At temperature 0 each draft token is the draft's argmax (q one-hot, ``probs`` None); otherwise
+    it is drawn from ``q = distribution(row, params, [], [])`` (temperature and filters, no
+    penalties) with one ``next_f64`` of the drafter's own generator ``Pcg32(seed, 55)``. With
+    ``branch > 1`` the root also gets the draft's next ``branch - 1`` most likely tokens as
+    deterministic leaves (ranked by q, or by logit at temperature 0; ties to the lowest id). The
+    draft model's own cache keeps what it has already read and is cut back to the common prefix.
+    """
+
+    def __init__(self, model, params: SamplingParams = SamplingParams(), k: int = 4, seed: int = 0,
+                 branch: int = 1, num_blocks: int = 256, block_tokens: int = 16) -> None:
+        from .runner import RunnerTarget  # runner imports this module (keep_path): import it late
+
+        if branch < 1:
+            raise TreeError(f"branch must be >= 1, got {branch!r}")
+        self.params, self.k, self.branch = params, k, branch
+        self.rng = Pcg32(seed, DRAFT_STREAM)
+        self.target = RunnerTarget(model, model.new_pool(num_blocks, block_tokens))
+        self.fed: list[int] = []
+        self.passes = 0
+
+    def propose(self, ctx: Sequence[int], pending: int, k: int) -> DraftTree:
+        budget = min(self.k, k)
+        if budget <= 0:
+            return DraftTree([int(pending)], [-1])
+        first = self._read([int(t) for t in ctx] + [int(pending)])
+        chain, qs, row = [], [], first
+        siblings = min(self.branch - 1, budget - 1)
+        for i in range(budget - siblings):
+            token, q = self._draw(row)
+            chain.append(token)
+            qs.append(q)
+            if i + 1 < budget - siblings:
+                row = self._feed([token])
+        extra = self._runners_up(first, chain[0], siblings)
+        m = len(extra)
+        tokens = [int(pending), chain[0], *extra, *chain[1:]]
+        parents = [-1, 0, *[0] * m, *([1] if len(chain) > 1 else []), *range(m + 2, m + len(chain))]
+        if self.params.temperature == 0.0:
+            return DraftTree(tokens, parents)
+        return DraftTree(tokens, parents, [None, qs[0], *[None] * m, *qs[1:]])
+
+    def _read(self, text: list[int]) -> np.ndarray:
+        """The draft's row after ``text``, feeding only what its cache does not hold yet."""
+        same = 0
+        while same < min(len(self.fed), len(text) - 1) and self.fed[same] == text[same]:
+            same += 1
+        self.target.truncate(same)
+        del self.fed[same:]
+        return self._feed(text[same:])
+
+    def _feed(self, ids: list[int]) -> np.ndarray:
+        self.passes += 1
+        self.fed.extend(ids)
+        return self.target.extend(ids)[-1]
+
+    def _draw(self, row: np.ndarray) -> tuple[int, np.ndarray | None]:
+        if self.params.temperature == 0.0:
+            return argmax(row), None
+        q = distribution(row, self.params, [], [])
+        return walk(q, self.rng.next_f64()), q
+
+    def _runners_up(self, row: np.ndarray, first: int, m: int) -> list[int]:
+        score = row.astype(np.float64) if self.params.temperature == 0.0 else distribution(row, self.params, [], [])
+        order = np.lexsort((np.arange(score.shape[0]), -score))
+        return [int(t) for t in order if t != first][:m]
+
+    def release(self) -> None:
+        """Give the draft model's blocks back."""
+        self.target.release()
+        self.fed.clear()
+
+
+# --- 2.3 Verifying a tree --------------------------------------------------------------------
+
+def _check_round(rows, tree: DraftTree) -> tuple[list[np.ndarray], int]:
+    tree_depths(tree.parents)
+    n = len(tree.parents)
+    if len(tree.tokens) != n:
+        raise TreeError(f"{len(tree.tokens)} tokens for {n} parents")
+    rows = [np.asarray(r) for r in rows]
+    if len(rows) != n:
+        raise TreeError(f"{len(rows)} rows of logits for a tree of {n} nodes: expected one per node")
+    vocab = rows[0].shape[0] if rows[0].ndim == 1 else 0
+    for i, r in enumerate(rows):
+        if r.ndim != 1 or r.shape[0] != vocab or vocab == 0:
+            raise TreeError(f"row {i} has shape {r.shape}; every row must be 1-D of length {vocab or '>0'}")
+        if np.isnan(r).any() or np.isposinf(r).any() or not np.isfinite(r).any():
+            raise TreeError(f"row {i} holds NaN or +inf, or no finite logit")
+    for i, t in enumerate(tree.tokens):
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < vocab:
+            raise TreeError(f"token {t!r} of node {i} is outside the vocabulary [0, {vocab})")
+    if tree.probs is not None:
+        if len(tree.probs) != n:
+            raise TreeError(f"{len(tree.probs)} draft distributions for a tree of {n} nodes")
+        for i, q in enumerate(tree.probs[1:], 1):
+            if q is not None:
+                q = np.asarray(q, dtype=np.float64)
+                if q.shape != (vocab,) or not np.isfinite(q).all() or (q < 0).any() or abs(q.sum() - 1) > 1e-6:
+                    raise TreeError(f"the draft distribution of node {i} is not a distribution over {vocab} ids")
+                if q[tree.tokens[i]] <= 0.0:
+                    raise TreeError(f"node {i}'s distribution gives its own token {tree.tokens[i]} probability 0")
+    return rows, vocab
+
+
+def draft_q(tree: DraftTree, node: int, vocab: int) -> np.ndarray:
+    """The q node ``node``'s token was drawn from: ``probs[node]``, or one-hot when it is None."""
+    q = None if tree.probs is None else tree.probs[node]
+    if q is None:
+        q = np.zeros(vocab)
+        q[int(tree.tokens[node])] = 1.0
+    return np.asarray(q, dtype=np.float64)
+
+
+def verify_tree(rows, tree: DraftTree, params: SamplingParams, prompt: Sequence[int],
+                output: Sequence[int], rng: Pcg32) -> TreeVerified:
+    """Walk the tree from the root against one row per node (section 2.3).
+
+    Greedy: at each node take the penalized argmax of its row; move to the first child holding
+    it, or emit it and stop (a correction, or the bonus at a leaf). No draws.
+    Sampled: at a node with children, ``p`` = its row's distribution; try the children in node
+    order: draw ``u_a`` then ``u_r`` (both, always), accept child ``c`` when
+    ``u_a < p(c) / q(c)``, else ``p <- residual(p, q)``; after the last child is rejected emit
+    ``sample_dense(p, u_r)`` with that child's ``u_r``. At a leaf the bonus is L10.1's ``sample``
+    (one draw). Penalties count ``output`` and the tokens emitted so far; logprobs as L10.8's.
+    """
+    rows, vocab = _check_round(rows, tree)
+    kids: list[list[int]] = [[] for _ in tree.parents]
+    for i, p in enumerate(tree.parents[1:], 1):
+        kids[p].append(i)
+    seen = list(output)
+    tokens, path, logprobs = [], [0], []
+    node = 0
+    while True:
+        nxt = None
+        if params.temperature == 0.0 or not kids[node]:
+            token, logprob = sample(rows[node], params, prompt, seen, rng)
+            nxt = next((c for c in kids[node] if tree.tokens[c] == token), None)
+        else:
+            p = dense_distribution(rows[node], params, prompt, seen)
+            for c in kids[node]:
+                x, q = int(tree.tokens[c]), draft_q(tree, c, vocab)
+                u_accept, u_resample = rng.next_f64(), rng.next_f64()
+                if u_accept < p[x] / q[x]:
+                    nxt, token = c, x
+                    break
+                p = residual(p, q)
+            if nxt is None:
+                token = sample_dense(p, u_resample)
+            logprob = log_softmax_at(apply_penalties(rows[node], params, prompt, seen), token)
+        tokens.append(int(token))
+        logprobs.append(logprob)
+        seen.append(int(token))
+        if nxt is None:
+            return TreeVerified(tokens, path, logprobs)
+        path.append(nxt)
+        node = nxt
+
+
+# --- 2.4 Compaction --------------------------------------------------------------------------
+
+def compact(pool: KvPool, table: list[int], start: int, path: Sequence[int]) -> int:
+    """Move the kept nodes' K/V into place, then roll back; return the blocks released (2.4).
+
+    Node ``path[d]`` was written at slot ``start + path[d]``; its K and V, every layer, move to
+    slot ``start + d``. ``path`` rises strictly from 0, so no slot is overwritten before it is
+    read. Then L10.8's ``rollback(pool, table, start + len(path))``.
+    """
+    path = [int(i) for i in path]
+    if not path or path[0] != 0 or any(b <= a for a, b in zip(path, path[1:])):
+        raise TreeError(f"path {path} must start at the root 0 and rise strictly")
+    bt = pool.block_tokens
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0 or start + path[-1] >= len(table) * bt:
+        raise TreeError(f"start {start!r} with path {path} reaches past the table's {len(table) * bt} slots")
+    blocks = np.asarray(table, dtype=np.int64)
+    src = start + np.asarray(path)
+    dst = start + np.arange(len(path))
+    for store in (pool.k, pool.v):
+        store[:, blocks[dst // bt], dst % bt] = store[:, blocks[src // bt], src % bt]
+    return rollback(pool, table, start + len(path))
+
+
+# --- 2.5 The generation loop -----------------------------------------------------------------
+
+class TreeTarget(Protocol):
+    """A target that scores a whole tree in one pass (``RunnerTarget`` is one)."""
+
+    def cached(self) -> int: ...
+    def extend(self, ids: Sequence[int]) -> list[np.ndarray]: ...
+    def extend_tree(self, ids: Sequence[int], positions: Sequence[int], mask: np.ndarray) -> list[np.ndarray]: ...
+    def keep_path(self, start: int, path: Sequence[int]) -> None: ...
+
+
+def generate_tree(target: TreeTarget, drafter: Drafter, prompt: Sequence[int], params: SamplingParams,
+                  seed: int, max_new: int, stop_ids: Sequence[int],
+                  on_token: Callable[[int, float], bool] | None = None) -> Generated:
+    """L10.8's loop with trees: one ``extend_tree`` per round, then ``keep_path`` (section 2.5).
+
+    The prompt but its last token is fed first with ``extend`` (a pass of its own); every round
+    then asks the drafter for a tree of at most ``max_new - emitted - 1`` nodes below the pending
+    token, feeds it, verifies it with the request's one generator ``stream(seed)``, hands the
+    tokens to ``on_token`` (None: never stop), and keeps the root and the first ``emitted - 1``
+    accepted nodes. ``drafted`` counts nodes below the root, ``accepted`` the accepted path's.
+    """
+    if len(prompt) == 0:
+        raise TreeError("prompt must hold at least one token")
+    if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 0:
+        raise TreeError(f"max_new must be an integer >= 0, got {max_new!r}")
+    if target.cached() != 0:
+        raise TreeError(f"the target already caches {target.cached()} positions; start from an empty one")
+    rng = stream(seed)
+    prompt = [int(t) for t in prompt]
+    stop = {int(t) for t in stop_ids}
+    out = Generated([], [], SpecStats())
+    context = list(prompt)
+    if max_new > 0 and len(prompt) > 1:
+        target.extend(prompt[:-1])
+        out.stats.target_calls += 1
+    while len(out.tokens) < max_new:
+        start, budget = target.cached(), max_new - len(out.tokens) - 1
+        tree = drafter.propose(context[:-1], context[-1], budget)
+        if not tree.tokens or tree.tokens[0] != context[-1] or len(tree.tokens) > budget + 1:
+            raise TreeError(f"the drafter proposed {tree.tokens[:budget + 2]}: the tree must be rooted at the "
+                            f"pending token {context[-1]} with at most {budget} nodes below it")
+        rows = target.extend_tree(tree.tokens, tree_positions(start, tree.parents), tree_mask(tree.parents))
+        out.stats.target_calls += 1
+        verified = verify_tree(rows, tree, params, prompt, out.tokens, rng)
+        out.stats.drafted += len(tree.tokens) - 1
+        out.stats.accepted += len(verified.path) - 1
+        emitted, go_on = 0, True
+        for token, logprob in zip(verified.tokens, verified.logprobs):
+            out.tokens.append(token)
+            out.logprobs.append(logprob)
+            context.append(token)
+            emitted += 1
+            go_on = (on_token is None or bool(on_token(token, logprob))) and token not in stop
+            if not go_on:
+                break
+        # The last emitted token is pending: its KV is written by the next round's pass.
+        target.keep_path(start, verified.path[:emitted])
+        if not go_on:
+            break
+    return out
