@@ -113,3 +113,102 @@ def test_bad_rows_are_refused(model, tables, positions, ids, message):
 def test_bad_config_is_refused():
     with pytest.raises(ValueError, match="n_kv_heads"):
         LlamaConfig(n_heads=4, n_kv_heads=3)
+
+
+# --- forward_tree (L10.9): a token tree in one pass -------------------------------------------
+
+def tree_mask(parents: list[int]) -> np.ndarray:
+    mask = np.eye(len(parents), dtype=bool)
+    for j in range(1, len(parents)):
+        mask[j] |= mask[parents[j]]
+    return mask
+
+
+def tree_depths(parents: list[int]) -> list[int]:
+    depths = [0]
+    for j in range(1, len(parents)):
+        depths.append(depths[parents[j]] + 1)
+    return depths
+
+
+def root_path(parents: list[int], j: int) -> list[int]:
+    path = [j]
+    while parents[path[-1]] >= 0:
+        path.append(parents[path[-1]])
+    return path[::-1]
+
+
+def fed_tree(model: TinyLlama, prefix: list[int], ids: list[int], parents: list[int], block_tokens: int = 8):
+    """The prefix fed as a chain, then the tree in one forward_tree: (rows, pool, table)."""
+    pool = model.new_pool(16, block_tokens)
+    table = list(range(15, -1, -1))
+    start = len(prefix)
+    if start:
+        model.forward(pool, [table] * start, list(range(start)), prefix)
+    positions = [start + d for d in tree_depths(parents)]
+    return model.forward_tree(pool, table, start, ids, positions, tree_mask(parents)), pool, table
+
+
+def chain_rows(model: TinyLlama, ids: list[int], block_tokens: int = 8) -> tuple[np.ndarray, object]:
+    pool = model.new_pool(16, block_tokens)
+    table = list(range(16))
+    return model.forward(pool, [table] * len(ids), list(range(len(ids))), ids), pool
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_tree_row_is_bitwise_the_row_of_its_chain(model, seed):
+    # random trees after 0..40 cached positions, crossing blocks (8 slots) and gemms (16 rows)
+    rng = np.random.default_rng(seed)
+    start, n = int(rng.integers(0, 41)), int(rng.integers(2, 24))
+    parents = [-1] + [int(rng.integers(0, j)) for j in range(1, n)]
+    prefix, ids = IDS[:start], [int(t) for t in rng.integers(0, 256, n)]
+    rows, _, _ = fed_tree(model, prefix, ids, parents)
+    for j in range(n):
+        alone, _ = chain_rows(model, prefix + [ids[i] for i in root_path(parents, j)])
+        assert np.array_equal(rows[j], alone[-1]), (seed, j)
+
+
+def test_siblings_share_a_position_and_never_see_each_other(model):
+    # Node 0 has children 1 and 2, both token 7: one position, the same ancestors, so one row.
+    # Node 3 (token 9 under node 1) is the chain's row only if it does not see node 2 or 4.
+    prefix = IDS[:13]
+    rows, pool, table = fed_tree(model, prefix, [40, 7, 7, 9, 9], [-1, 0, 0, 1, 2])
+    assert np.array_equal(rows[1], rows[2]) and np.array_equal(rows[3], rows[4])
+    alone, chain_pool = chain_rows(model, prefix + [40, 7, 9])
+    assert np.array_equal(rows[3], alone[-1])
+    # node j's K/V sits at slot start + j, rotated at position start + depth
+    for j, p in ((1, 14), (2, 14), (3, 15), (4, 15)):
+        slot = 13 + j
+        assert np.array_equal(pool.k[:, table[slot // 8], slot % 8], chain_pool.k[:, p // 8, p % 8]), j
+
+
+def test_a_chain_tree_equals_forward(model):
+    prefix, ids = IDS[:20], IDS[20:31]
+    rows, _, _ = fed_tree(model, prefix, ids, [-1] + list(range(10)))
+    alone, _ = chain_rows(model, prefix + ids)
+    assert np.array_equal(rows, alone[20:])
+
+
+def _tree_call(model, start=2, ids=(1, 2, 3), positions=None, mask=None, table=(0,)):
+    mask = tree_mask([-1, 0, 0]) if mask is None else mask
+    positions = [start, start + 1, start + 1] if positions is None else positions
+    return model.forward_tree(model.new_pool(4, 8), list(table), start, list(ids), positions, mask)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"mask": tree_mask([-1, 0, 0]).astype(int)}, r"bool array of shape \(3, 3\), got int"),
+    ({"mask": tree_mask([-1, 0])}, r"shape \(3, 3\)"),
+    ({"mask": ~np.eye(3, dtype=bool) & tree_mask([-1, 0, 0])}, r"mask\[0, 0\] is False"),
+    ({"mask": np.tril(np.ones((3, 3), dtype=bool)) | np.eye(3, k=1, dtype=bool)}, r"mask\[0, 1\] is True"),
+    ({"mask": np.eye(3, dtype=bool)}, "node 1 sees no earlier node"),
+    ({"mask": tree_mask([-1, 0, 1]) & ~np.eye(3, k=-2, dtype=bool)}, r"parent is node 1, so mask\[2, 0\] should be True"),
+    ({"positions": [2, 3, 4]}, r"positions\[2\] is 4; node 2 has depth 1 after 2 cached positions"),
+    ({"positions": [2, 3]}, "2 positions for 3 ids"),
+    ({"start": 7}, "the table has 1 blocks; 7 cached positions and 3 nodes need 2 blocks"),
+    ({"start": -1}, "start must be an integer >= 0"),
+    ({"ids": (1, 256, 3)}, "token ids"),
+    ({"table": (9,)}, "block ids"),
+])
+def test_bad_trees_are_refused(model, change, message):
+    with pytest.raises(ValueError, match=message):
+        _tree_call(model, **change)

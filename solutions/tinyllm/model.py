@@ -21,6 +21,9 @@ batch. Three choices make it so:
   heads reading one K/V head sits at row ``(p * group + h) % 16``;
 - rotary angles come from a table built in fixed chunks of positions, never from the batch.
 
+:meth:`TinyLlama.forward_tree` (L10.9) keeps the claim for a token tree: node ``j`` at depth ``d``
+is computed as the row of its root-to-node chain would be, at position ``start + d``.
+
 ``tests/test_model.py`` checks the claim bitwise. It rests only on the BLAS computing one row of a
 gemm from that row's values, whatever the other rows hold, once shape, place and alignment are the
 same: no BLAS branches on the data.
@@ -261,27 +264,134 @@ class TinyLlama:
             raise ValueError(f"block ids must be in [0, {pool.num_blocks}), got {blocks.min()}..{blocks.max()}")
         slots = pos % bt
         keep = np.ones(n, dtype=bool) if write is None else np.asarray(write, dtype=bool)
+        group = c.n_heads // c.n_kv_heads
+        none = np.zeros(0, dtype=np.int64)
+        plan = [(np.array(rows), list(table), none, none, none, _attention_rows(pos[rows], group))
+                for table, rows in groups.items()]
+        return self._run(pool, ids_arr, pos, blocks[keep], slots[keep], keep, plan)
+
+    def forward_tree(self, pool: KvPool, table: Sequence[int], start: int, ids: Sequence[int],
+                     positions: Sequence[int], mask) -> np.ndarray:
+        """Score a token tree after ``start`` cached positions in one pass (L10.9, given code).
+
+        Node ``j`` is token ``ids[j]`` at RoPE position ``positions[j]``, which must be ``start`` plus
+        its depth; its K/V goes to storage slot ``start + j`` of ``table``. ``mask[j, i]`` is True iff
+        ``i == j`` or node ``i`` is an ancestor of node ``j``; node 0 is the root. Node ``j`` attends
+        to positions ``0..start-1`` and to its ancestors. Returns float32 ``(n, vocab)`` logits.
+
+        Row ``j`` is bitwise the row :meth:`forward` gives for the chain of cached positions plus
+        the root-to-``j`` path: each row keeps its chain position's gemm slot, and its attention
+        reads a copy of the table's blocks with the path's K/V moved to the path's positions, the
+        same span the chain reads (the slots past the row's position are masked out either way).
+        """
+        c = self.config
+        ids_arr, depth = self._check_tree(pool, table, start, ids, positions, mask)
+        n = ids_arr.shape[0]
+        if n == 0:
+            return np.zeros((0, c.vocab), dtype=np.float32)
+        table = [int(b) for b in table]
+        bt = pool.block_tokens
+        parents = _parents(np.asarray(mask, dtype=bool))
+        pos = start + depth
+        stored = start + np.arange(n)
+        group = c.n_heads // c.n_kv_heads
+        # Rows share an attention group when they lie on one root-to-leaf path and need the same
+        # number of blocks: one gathered copy of the K/V then serves them all.
+        groups: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+        placed = np.zeros(n, dtype=bool)
+        for leaf in range(n - 1, -1, -1):
+            if placed[leaf]:
+                continue
+            path = _path_to(parents, leaf)
+            for j in path:
+                if not placed[j]:
+                    placed[j] = True
+                    groups.setdefault((int(pos[j]) // bt + 1, tuple(path)), []).append(j)
+        blocks = np.array(table, dtype=np.int64)[stored // bt]
+        plan = []
+        for (nb, path), rows in groups.items():
+            rows_arr = np.array(sorted(rows))
+            inside = [j for j in path if pos[j] < nb * bt]  # the span's positions the path fills
+            plan.append((rows_arr, table[:nb], pos[inside], blocks[inside], stored[inside] % bt,
+                         _attention_rows(pos[rows_arr], group)))
+        return self._run(pool, ids_arr, pos, blocks, stored % bt, np.ones(n, dtype=bool), plan)
+
+    def _check_tree(self, pool: KvPool, table: Sequence[int], start: int, ids: Sequence[int],
+                    positions: Sequence[int], mask) -> tuple[np.ndarray, np.ndarray]:
+        """Validate a tree pass; return the ids and every node's depth."""
+        c = self.config
+        if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
+            raise ValueError(f"start must be an integer >= 0, got {start!r}")
+        ids_arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+        n = ids_arr.shape[0]
+        if len(positions) != n:
+            raise ValueError(f"{len(positions)} positions for {n} ids")
+        mask = np.asarray(mask)
+        if mask.shape != (n, n) or mask.dtype != bool:
+            raise ValueError(f"mask must be a bool array of shape ({n}, {n}), got {mask.dtype} {mask.shape}")
+        if n == 0:
+            return ids_arr, np.zeros(0, dtype=np.int64)
+        if pool.k.shape[0] != c.n_layers or pool.k.shape[3:] != (c.n_kv_heads, c.head_dim):
+            raise ValueError(f"pool storage {pool.k.shape} does not fit this model; use model.new_pool")
+        if ids_arr.min() < 0 or ids_arr.max() >= c.vocab:
+            raise ValueError(f"token ids must be in [0, {c.vocab}), got {ids_arr.min()}..{ids_arr.max()}")
+        need = -(-(start + n) // pool.block_tokens)
+        if len(table) < need:
+            raise ValueError(f"the table has {len(table)} blocks; {start} cached positions and {n} nodes "
+                             f"need {need} blocks of {pool.block_tokens}")
+        bad = [b for b in table[:need] if not 0 <= int(b) < pool.num_blocks]
+        if bad:
+            raise ValueError(f"block ids must be in [0, {pool.num_blocks}), got {bad[0]}")
+        if not mask.diagonal().all():
+            j = int(np.flatnonzero(~mask.diagonal())[0])
+            raise ValueError(f"mask[{j}, {j}] is False: every node sees itself")
+        later = np.argwhere(np.triu(mask, 1))
+        if later.size:
+            j, i = (int(v) for v in later[0])
+            raise ValueError(f"mask[{j}, {i}] is True: node {j} cannot see node {i}, which comes after it "
+                             "(an ancestor comes before its descendants)")
+        parents = _parents(mask)
+        depth = np.zeros(n, dtype=np.int64)
+        for j in range(1, n):
+            p = int(parents[j])
+            if p < 0:
+                raise ValueError(f"node {j} sees no earlier node: only node 0 is a root")
+            expect = mask[p, :j].copy()
+            expect[p] = True
+            if not np.array_equal(mask[j, :j], expect):
+                i = int(np.flatnonzero(mask[j, :j] != expect)[0])
+                raise ValueError(f"mask row {j} is not a tree's: its parent is node {p}, so mask[{j}, {i}] "
+                                 f"should be {bool(expect[i])}")
+            depth[j] = depth[p] + 1
+        for j in range(n):
+            if positions[j] != start + depth[j]:
+                raise ValueError(f"positions[{j}] is {positions[j]!r}; node {j} has depth {depth[j]} after "
+                                 f"{start} cached positions, so its position is {start + depth[j]}")
+        return ids_arr, depth
+
+    def _run(self, pool: KvPool, ids: np.ndarray, pos: np.ndarray, blocks: np.ndarray,
+             slots: np.ndarray, keep: np.ndarray, plan: list) -> np.ndarray:
+        """The layers over rows at RoPE positions ``pos``, K/V of the ``keep`` rows written to
+        ``(blocks, slots)``; ``plan`` lists the attention groups (see :meth:`_attend`)."""
+        c = self.config
+        n = ids.shape[0]
         cos, sin = self._rope_tables(int(pos.max()))
         cos, sin = cos[pos][:, None, :], sin[pos][:, None, :]
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
-        group = nh // nkv
         at = gemm_rows((pos % GEMM_ROWS).tolist())
-        # In attention's gemms a row's query heads take slots p * group + h (mod GEMM_ROWS).
-        plan = [(np.array(rows), list(table), pos[rows],
-                 gemm_rows([(p * group + h) % GEMM_ROWS for p in pos[rows].tolist() for h in range(group)]))
-                for table, rows in groups.items()]
-        x = self.weights["tok_emb"][ids_arr]
+        x = self.weights["tok_emb"][ids]
         for layer, w in enumerate(self._layers):
             qkv = self._matmul(rmsnorm(x, w["attn_norm"], c.norm_eps), w["wqkv"], at)
             q = _rotate(qkv[:, :nh * hd].reshape(n, nh, hd), cos, sin)
             k = _rotate(qkv[:, nh * hd:(nh + nkv) * hd].reshape(n, nkv, hd), cos, sin)
             v = qkv[:, (nh + nkv) * hd:].reshape(n, nkv, hd)
-            pool.k[layer, blocks[keep], slots[keep]] = k[keep]
-            pool.v[layer, blocks[keep], slots[keep]] = v[keep]
+            pool.k[layer, blocks, slots] = k[keep]
+            pool.v[layer, blocks, slots] = v[keep]
             q = q * np.float32(hd ** -0.5)
             att = np.empty((n, nh * hd), dtype=np.float32)
-            for rows, table, row_pos, att_at in plan:
-                att[rows] = self._attend(pool, layer, q[rows], table, row_pos, att_at)
+            for rows, table, moved_to, from_blocks, from_slots, att_at in plan:
+                att[rows] = self._attend(pool, layer, q[rows], table, (moved_to, from_blocks, from_slots),
+                                         pos[rows], att_at)
             x = x + self._matmul(att, w["wo"], at)
             gate_up = self._matmul(rmsnorm(x, w["mlp_norm"], c.norm_eps), w["w_gate_up"], at)
             x = x + self._matmul(silu(gate_up[:, :c.hidden]) * gate_up[:, c.hidden:], w["w_down"], at)
@@ -290,17 +400,24 @@ class TinyLlama:
     def _matmul(self, a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return matmul(a, b, rows) if self.batch_invariant else a @ b
 
-    def _attend(self, pool: KvPool, layer: int, q: np.ndarray, table: list[int],
+    def _attend(self, pool: KvPool, layer: int, q: np.ndarray, table: list[int], moves: tuple,
                 positions: np.ndarray, at: np.ndarray) -> np.ndarray:
-        """Causal attention of ``g`` rows of one table over every slot of its first blocks.
+        """Causal attention of ``g`` rows of one table over every slot of its blocks.
 
-        ``at`` places each (row, query head in group) in the score and mix gemms (:func:`gemm_rows`).
+        ``moves = (to, blocks, slots)``: the K/V stored at ``(blocks[i], slots[i])`` is read as if
+        it sat at position ``to[i]`` (a tree path's nodes at their positions); ``at`` places each
+        (row, query head in group) in the score and mix gemms (:func:`gemm_rows`).
         """
         c = self.config
         g, nkv, hd = q.shape[0], c.n_kv_heads, c.head_dim
         group = c.n_heads // nkv
-        span = len(table) * pool.block_tokens
+        bt = pool.block_tokens
+        span = len(table) * bt
         k, v = aligned_copy(pool.k[layer, table]), aligned_copy(pool.v[layer, table])
+        to, blocks, slots = moves
+        if to.size:
+            k[to // bt, to % bt] = pool.k[layer, blocks, slots]
+            v[to // bt, to % bt] = pool.v[layer, blocks, slots]
         keys = k.reshape(span, nkv, hd).transpose(1, 2, 0)     # (nkv, hd, span)
         values = v.reshape(span, nkv, hd).transpose(1, 0, 2)   # (nkv, span, hd)
         # Query head h reads K/V head h // group; rows of one K/V head are (row, head in group).
@@ -312,6 +429,27 @@ class TinyLlama:
         probs /= probs.sum(axis=-1, keepdims=True)
         out = self._matmul(probs, values, at)
         return out.reshape(nkv, g, group, hd).transpose(1, 0, 2, 3).reshape(g, nkv * group * hd)
+
+
+def _attention_rows(positions: np.ndarray, group: int) -> np.ndarray:
+    """Attention's gemm rows: query head ``h`` of the row at position ``p`` at slot ``p * group + h``."""
+    return gemm_rows([(p * group + h) % GEMM_ROWS for p in positions.tolist() for h in range(group)])
+
+
+def _parents(mask: np.ndarray) -> np.ndarray:
+    """Each node's parent under a tree mask: its latest earlier visible node (-1 for none)."""
+    n = mask.shape[0]
+    below = np.tril(mask, -1)
+    latest = n - 1 - np.argmax(below[:, ::-1], axis=1)
+    return np.where(below.any(axis=1), latest, -1)
+
+
+def _path_to(parents: np.ndarray, j: int) -> list[int]:
+    """Nodes from the root to ``j``."""
+    path = [j]
+    while parents[path[-1]] >= 0:
+        path.append(int(parents[path[-1]]))
+    return path[::-1]
 
 
 def _rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:

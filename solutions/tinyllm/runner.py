@@ -9,6 +9,11 @@ With ``prefix_cache`` on, ``truncate`` registers the full blocks inside the kept
 pool's prefix index (a block a rejected draft filled is never full inside the kept length, so it
 never enters), and the first ``extend`` shares indexed full blocks of the prompt instead of
 allocating its own. Their K/V is not rewritten; their rows are still computed, one per id.
+
+Token trees (L10.9): ``extend_tree`` feeds a tree of nodes after the cached positions in one
+:meth:`TinyLlama.forward_tree`, node ``j`` cached at slot ``start + j``; ``keep_path`` then keeps
+one root-to-node path through the learner's ``tinyllm.trees.compact``, as ``truncate`` keeps a
+prefix through ``rollback``.
 """
 
 from typing import Sequence
@@ -30,6 +35,7 @@ class RunnerTarget:
         self.table: list[int] = []
         self._ids: list[int] = []
         self._offered = 0  # leading full blocks already offered to the prefix index
+        self._tree: tuple[int, np.ndarray] | None = None  # (start, mask) of the last tree fed
 
     def cached(self) -> int:
         return len(self._ids)
@@ -57,9 +63,78 @@ class RunnerTarget:
             self._offered = min(self._offered, start // bt)
             raise SpecError(f"extend by {len(ids)} ids at position {start}: {err}") from err
         self._ids.extend(ids)
-        for i in range(max(start, shared) // bt, len(self.table)):
-            self.pool.set_fill(self.table[i], min(bt, len(self._ids) - i * bt))
+        self._tree = None
+        self._set_fills(max(start, shared))
         return list(logits)
+
+    def extend_tree(self, ids: Sequence[int], positions: Sequence[int], mask) -> list[np.ndarray]:
+        """Feed a token tree after the cached positions in one forward; row ``j`` scores the token
+        after node ``j`` on its root-to-node path (L10.9 section 4).
+
+        ``positions`` and ``mask`` follow the tree rule (position = cached + depth; ``mask[j, i]``
+        iff ``i`` is ``j`` or an ancestor of ``j``). ``cached()`` grows by ``len(ids)``: node ``j``
+        sits at cache slot ``start + j`` until :meth:`keep_path` or :meth:`truncate`.
+        """
+        ids = [int(t) for t in ids]
+        vocab = self.model.config.vocab
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise SpecError(f"token id {bad[0]} is outside the vocabulary [0, {vocab})")
+        if not ids:
+            return []
+        start = len(self._ids)
+        try:
+            while len(self.table) < blocks_for(start + len(ids), self.pool.block_tokens):
+                self.table.append(self.pool.allocate())
+            logits = self.model.forward_tree(self.pool, self.table, start, ids, positions, mask)
+        except (PoolError, ValueError) as err:
+            rollback(self.pool, self.table, start)
+            raise SpecError(f"extend_tree by {len(ids)} nodes at position {start}: {err}") from err
+        self._ids.extend(ids)
+        self._tree = (start, np.array(mask, dtype=bool))
+        self._set_fills(start)
+        return list(logits)
+
+    def keep_path(self, start: int, path: Sequence[int]) -> None:
+        """After a tree fed at ``start``, keep the nodes ``path`` (root first) as positions
+        ``start..start+len(path)-1``: the learner's ``compact`` moves their K/V into place and
+        gives back the blocks the other nodes used. ``cached()`` becomes ``start + len(path)``.
+        """
+        from .trees import compact  # the learner's, in L10.9; L10.8's workspace has no trees.py
+
+        path = self._check_path(start, path)
+        nodes = self._ids[start:]
+        compact(self.pool, self.table, start, path)
+        keep = start + len(path)
+        need = blocks_for(keep, self.pool.block_tokens)
+        if len(self.table) != need:
+            raise SpecError(f"compact(start={start}, path={path}) left {len(self.table)} blocks in the table; "
+                            f"{keep} positions need {need}")
+        self._ids[start:] = [nodes[j] for j in path]
+        self._tree = None
+        self._offered = min(self._offered, start // self.pool.block_tokens)
+        self._offer_full_blocks()
+
+    def _check_path(self, start: int, path: Sequence[int]) -> list[int]:
+        if self._tree is None or self._tree[0] != start:
+            fed = "no tree is pending" if self._tree is None else f"the last tree was fed at {self._tree[0]}"
+            raise SpecError(f"keep_path(start={start!r}): {fed}; call it right after extend_tree")
+        mask = self._tree[1]
+        path = [int(j) for j in path]
+        if not path or path[0] != 0:
+            raise SpecError(f"path {path} must start at the root, node 0")
+        for d in range(1, len(path)):
+            j, parent = path[d], path[d - 1]
+            if not parent < j < len(mask) or mask[j].sum() != d + 1 or not mask[j, parent]:
+                raise SpecError(f"path {path}: node {j} is not a child of node {parent} in the tree of "
+                                f"{len(mask)} nodes")
+        return path
+
+    def _set_fills(self, start: int) -> None:
+        """Every block from the one holding position ``start`` on is filled up to ``cached()``."""
+        bt = self.pool.block_tokens
+        for i in range(start // bt, len(self.table)):
+            self.pool.set_fill(self.table[i], min(bt, len(self._ids) - i * bt))
 
     def _share_prefix(self, ids: list[int]) -> int:
         """Take the indexed full blocks that hold a prefix of ``ids``; return the positions covered."""
@@ -79,10 +154,15 @@ class RunnerTarget:
             raise SpecError(f"truncate to {length!r}: the target caches {self.cached()} positions")
         rollback(self.pool, self.table, length)
         del self._ids[length:]
-        full = length // self.pool.block_tokens
-        self._offered = min(self._offered, full)
+        self._tree = None
+        self._offered = min(self._offered, length // self.pool.block_tokens)
+        self._offer_full_blocks()
+
+    def _offer_full_blocks(self) -> None:
+        """With the prefix cache on, index the full blocks of the cache not offered yet."""
+        bt = self.pool.block_tokens
+        full = len(self._ids) // bt
         if self.prefix_cache:
-            bt = self.pool.block_tokens
             for i in range(self._offered, full):
                 self.pool.register(self._ids[:(i + 1) * bt], self.table[i])
             self._offered = full
@@ -94,3 +174,4 @@ class RunnerTarget:
         self.table.clear()
         self._ids.clear()
         self._offered = 0
+        self._tree = None
