@@ -1,15 +1,14 @@
-"""RunnerTarget over the tiny llama: rows, rollback, the prefix cache, greedy speculation."""
-
-import sys
-import types
+"""RunnerTarget over the tiny llama: rows, rollback, the prefix cache, greedy speculation, token trees."""
 
 import numpy as np
 import pytest
 
+from test_model import root_path, tree_depths, tree_mask
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams
-from tinyllm.spec import SpecConfig, SpecError, blocks_for, generate, rollback
+from tinyllm.spec import SpecConfig, SpecError, blocks_for, generate
+from tinyllm.trees import ModelDrafter, PromptLookupDrafter, SuffixTreeDrafter, generate_tree
 
 BT = 4
 
@@ -134,45 +133,8 @@ def test_greedy_speculation_equals_plain_greedy(model, draft):
 
 # --- extend_tree / keep_path (L10.9) ---------------------------------------------------------
 
-def tree_mask(parents: list[int]) -> np.ndarray:
-    mask = np.eye(len(parents), dtype=bool)
-    for j in range(1, len(parents)):
-        mask[j] |= mask[parents[j]]
-    return mask
-
-
 def tree_positions(start: int, parents: list[int]) -> list[int]:
-    depths = [0]
-    for j in range(1, len(parents)):
-        depths.append(depths[parents[j]] + 1)
-    return [start + d for d in depths]
-
-
-def root_path(parents: list[int], j: int) -> list[int]:
-    path = [j]
-    while parents[path[-1]] >= 0:
-        path.append(parents[path[-1]])
-    return path[::-1]
-
-
-def move_and_rollback(pool, table, start, path):
-    """What L10.9's ``compact`` does: node ``path[d]``'s K/V to slot ``start + d``, then rollback.
-
-    Kept here so these tests check the runner alone; the learner's compact is graded in L10.9.
-    """
-    bt = pool.block_tokens
-    for d, j in enumerate(path):
-        src, dst = start + j, start + d
-        for kv in (pool.k, pool.v):
-            kv[:, table[dst // bt], dst % bt] = kv[:, table[src // bt], src % bt]
-    return rollback(pool, table, start + len(path))
-
-
-@pytest.fixture
-def local_compact(monkeypatch):
-    trees = types.ModuleType("tinyllm.trees")
-    trees.compact = move_and_rollback
-    monkeypatch.setitem(sys.modules, "tinyllm.trees", trees)
+    return [start + d for d in tree_depths(parents)]
 
 
 def test_extend_tree_rows_equal_fresh_runs_of_each_path(model):
@@ -188,7 +150,7 @@ def test_extend_tree_rows_equal_fresh_runs_of_each_path(model):
         assert np.array_equal(rows[j], fresh_rows(model, prefix + path_ids)[-1]), j
 
 
-def test_tree_rounds_then_keep_path_equal_a_fresh_run(model, local_compact):
+def test_tree_rounds_then_keep_path_equal_a_fresh_run(model):
     # 30 random rounds: feed a tree, keep a random root path, and the next row is the fresh run's
     rng = np.random.default_rng(9)
     pool = model.new_pool(40, BT)
@@ -214,7 +176,7 @@ def test_tree_rounds_then_keep_path_equal_a_fresh_run(model, local_compact):
     assert pool.num_free() == pool.num_blocks
 
 
-def test_bad_tree_calls_raise_spec_error_and_give_back_blocks(model, local_compact):
+def test_bad_tree_calls_raise_spec_error_and_give_back_blocks(model):
     pool = model.new_pool(3, BT)
     target = RunnerTarget(model, pool)
     target.extend([1, 2, 3])
@@ -237,3 +199,29 @@ def test_bad_tree_calls_raise_spec_error_and_give_back_blocks(model, local_compa
     target.keep_path(3, [0, 2])
     assert target.cached() == 5
     assert np.array_equal(target.extend([7])[0], fresh_rows(model, [1, 2, 3, 4, 6, 7])[-1])
+
+
+@pytest.mark.parametrize("drafter", ["prompt_lookup", "suffix_tree", "model", "model_branching"])
+def test_greedy_trees_equal_plain_greedy(model, drafter):
+    # the draft model is a different random llama: it mostly guesses wrong, and must change nothing
+    draft_model = TinyLlama.random(LlamaConfig(dim=32, n_layers=1, n_heads=2, n_kv_heads=1, hidden=64), seed=5)
+    greedy = SamplingParams()
+    accepted = 0
+    for prompt in PROMPTS:
+        plain = generate(RunnerTarget(model, model.new_pool(64, BT)), SpecConfig.parse("none", 1),
+                         prompt, greedy, seed=1, max_new=40, eos=[])
+        for k in (1, 4, 8):
+            make = {"prompt_lookup": lambda: PromptLookupDrafter(k=k),
+                    "suffix_tree": lambda: SuffixTreeDrafter(k=k, width=3),
+                    "model": lambda: ModelDrafter(draft_model, greedy, k=k),
+                    "model_branching": lambda: ModelDrafter(draft_model, greedy, k=k, branch=3)}[drafter]
+            pool = model.new_pool(64, BT)
+            target = RunnerTarget(model, pool, prefix_cache=True)
+            spec = generate_tree(target, make(), prompt, greedy, seed=1, max_new=40, stop_ids=[])
+            assert spec.tokens == plain.tokens, (drafter, k, prompt)
+            assert target.cached() == len(prompt) + len(spec.tokens) - 1
+            assert_blocks_match(target)
+            target.release()
+            assert pool.num_free() == pool.num_blocks
+            accepted += spec.stats.accepted
+    assert accepted > 0
