@@ -161,3 +161,21 @@ class TreeCycleTarget(TreeTableTarget):
         super().__init__(len(succ), seed, order=1, scale=1.0, **kwargs)
         for a, b in enumerate(succ):
             self.table[a, b] = self.table[a].max() + margin
+
+
+class Script:
+    """A generator that hands out the given floats in order, for rounds worked by hand.
+
+    ``verify_tree(..., Script([0.7, 0.1, 0.9, 0.5]))`` draws exactly those ``u`` values; ``used``
+    counts the draws, and a draw past the end raises ``IndexError`` naming how many were scripted.
+    """
+
+    def __init__(self, values: Sequence[float]) -> None:
+        self.values = list(values)
+        self.used = 0
+
+    def next_f64(self) -> float:
+        if self.used >= len(self.values):
+            raise IndexError(f"draw {self.used + 1} asked of a script of {len(self.values)} values")
+        self.used += 1
+        return self.values[self.used - 1]

@@ -1,0 +1,799 @@
+"""Graded tests for L10.9, draft models and token trees (card: course/L10.9.md, section 4).
+
+Each test is named after a row of the card's table and checks a list of cases (``grader.cases``):
+``cases_<name>()`` builds them, ``test_<name>()`` checks them. The code under test is reached only
+through ``tinyllm.*``; ``tree_fakes`` holds the tree-scoring fake target and the scripted generator.
+"""
+
+from dataclasses import replace
+
+import numpy as np
+from scipy.special import chdtri
+
+from conftest import load_fixture
+from grader.cases import Case, call, check, raises
+from tinyllm.kvpool import KvPool
+from tinyllm.model import LlamaConfig, TinyLlama
+from tinyllm.pcg32 import Pcg32
+from tinyllm.runner import RunnerTarget
+from tinyllm.sampling import SamplingParams, distribution, sample, stream, walk
+from tinyllm.trees import (DraftTree, ModelDrafter, PromptLookupDrafter, SuffixTreeDrafter, chain_tree, compact,
+                           generate_tree, tree_depths, tree_mask, tree_paths, tree_positions, verify_tree)
+from tree_fakes import KvCorrupt, Script, TreeCycleTarget, TreeTableTarget
+
+GOLDEN = "L10.9/trees_golden.json"
+L10_8_GOLDEN = "L10.8/spec_golden.json"
+GREEDY = SamplingParams()
+_golden: dict[str, dict] = {}
+
+
+def golden(section: str, fixture: str = GOLDEN) -> list[dict]:
+    """A list of recorded cases from a golden fixture (each file read once per process)."""
+    if fixture not in _golden:
+        _golden[fixture] = load_fixture(fixture)
+    if section not in _golden[fixture]:
+        raise AssertionError(f"fixtures/{fixture} has no {section!r} cases; regenerate it with its oracle "
+                             "(course/modules/L10.9.toml names it)")
+    return _golden[fixture][section]
+
+
+def f32_row(hexed: str) -> np.ndarray:
+    return np.frombuffer(bytes.fromhex(hexed), dtype="<f4").copy()
+
+
+def f64_row(hexed: str) -> np.ndarray:
+    return np.frombuffer(bytes.fromhex(hexed), dtype="<f8").copy()
+
+
+def params_text(prm: SamplingParams) -> str:
+    changed = [f"{k}={v!r}" for k, v in vars(prm).items() if v != getattr(GREEDY, k)]
+    return f"SamplingParams({', '.join(changed)})"
+
+
+def rows_text(rows) -> str:
+    return "[" + ", ".join(f"np.array({np.asarray(r).tolist()!r}, dtype=np.float32)" for r in rows) + "]"
+
+
+def tree_text(tree: DraftTree) -> str:
+    probs = "None" if tree.probs is None else "[" + ", ".join(
+        "None" if q is None else f"np.array({np.asarray(q).tolist()!r})" for q in tree.probs) + "]"
+    return f"DraftTree({tree.tokens!r}, {tree.parents!r}, {probs})"
+
+
+def peaked(vocab: int, top: int) -> np.ndarray:
+    """A row of zeros with 2.0 at ``top``: its argmax is ``top``, its logprob 2 - ln(e^2 + vocab - 1)."""
+    row = np.zeros(vocab, dtype=np.float32)
+    row[top] = 2.0
+    return row
+
+
+PEAK_LOGPROB = 2.0 - float(np.log(np.exp(2.0) + 9))
+
+# --- 2.1 The shape of a tree ----------------------------------------------------------------------
+
+SHAPE_RULE = ("card 2.1: depth(0) = 0, depth(i) = depth(parents[i]) + 1; positions = start + depth; mask[j, i] "
+              "iff i == j or i is an ancestor of j; paths root to leaf, leaves in node order")
+HAND_PARENTS = [-1, 0, 0, 1, 1, 2]   # section 3's tree: 5 -> (7 -> (3, 9), 2 -> (4))
+HAND_TOKENS = [5, 7, 2, 3, 9, 4]
+
+
+def shape(start, parents):
+    return {"depths": tree_depths(parents), "positions": tree_positions(start, parents),
+            "paths": tree_paths(parents), "mask": np.asarray(tree_mask(parents)).astype(int).tolist()}
+
+
+def shape_case(label, start, parents, want) -> Case:
+    text = (f"(tree_depths({parents}), tree_positions({start}, {parents}), tree_paths({parents}), "
+            f"tree_mask({parents}).astype(int))")
+    return Case(label, text, lambda: shape(start, parents), want, SHAPE_RULE)
+
+
+def cases_hand_example_tree_shape():
+    hand = {"depths": [0, 1, 1, 2, 2, 2], "positions": [10, 11, 11, 12, 12, 12],
+            "paths": [[0, 1, 3], [0, 1, 4], [0, 2, 5]],
+            "mask": [[1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0],
+                     [1, 1, 0, 1, 0, 0], [1, 1, 0, 0, 1, 0], [1, 0, 1, 0, 0, 1]]}
+    chain = {"depths": [0, 1, 2, 3], "positions": [4, 5, 6, 7], "paths": [[0, 1, 2, 3]],
+             "mask": [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]}
+    return [
+        shape_case("section 3's tree at start 10", 10, HAND_PARENTS, hand),
+        shape_case("a chain is a causal block", 4, [-1, 0, 1, 2], chain),
+        shape_case("the root alone", 0, [-1], {"depths": [0], "positions": [0], "paths": [[0]], "mask": [[1]]}),
+        shape_case("a fan of siblings sees only the root", 3, [-1, 0, 0, 0],
+                   {"depths": [0, 1, 1, 1], "positions": [3, 4, 4, 4], "paths": [[0, 1], [0, 2], [0, 3]],
+                    "mask": [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 0, 1]]}),
+    ]
+
+
+def test_hand_example_tree_shape():
+    check(cases_hand_example_tree_shape())
+
+
+def cases_tree_shape_matches_recorded():
+    return [shape_case(c["name"], c["start"], c["parents"], c["expect"]) for c in golden("shape")]
+
+
+def test_tree_shape_matches_recorded():
+    check(cases_tree_shape_matches_recorded(), "recorded tree")
+
+
+def cases_tree_rejects_bad_parents():
+    rule = ("card 2.1: parents[0] is -1, every other parent is an earlier node, depths never decrease along "
+            "the list; anything else raises TreeError")
+    bad = {"empty": [], "no root": [0, 0], "a second root": [-1, -1], "a parent after its child": [-1, 2, 0],
+           "a node its own parent": [-1, 1], "depths that go back up": [-1, 0, 1, 0], "a bool parent": [-1, True]}
+    return [call(f"{what}: {fn.__name__}", fn, parents, expected=raises("TreeError"), rule=rule)
+            for what, parents in bad.items() for fn in (tree_depths, tree_mask, tree_paths)]
+
+
+def test_tree_rejects_bad_parents():
+    check(cases_tree_rejects_bad_parents())
+
+
+# --- 2.2 Drafters -----------------------------------------------------------------------------------
+
+SUFFIX_RULE = ("card 2.2: the longest suffix (max_ngram down to min_ngram) with an earlier occurrence decides; "
+               "up to width occurrences, latest first, each continued by up to k tokens, merged into a trie; "
+               "keep the k nodes passed by the most continuations (ties: shallower, then inserted earlier), "
+               "flattened breadth-first with children in the same order")
+
+
+def suffix(ctx, pending, k, width, max_ngram=3, min_ngram=1):
+    tree = SuffixTreeDrafter(k, width, max_ngram, min_ngram).propose(ctx, pending, k)
+    return {"tokens": [int(t) for t in tree.tokens], "parents": [int(p) for p in tree.parents]}
+
+
+def suffix_case(label, ctx, pending, k, width, want, max_ngram=3, min_ngram=1) -> Case:
+    text = f"SuffixTreeDrafter({k}, {width}, {max_ngram}, {min_ngram}).propose({ctx}, {pending}, {k})"
+    return Case(label, text, lambda: suffix(ctx, pending, k, width, max_ngram, min_ngram), want, SUFFIX_RULE)
+
+
+def cases_hand_example_suffix_tree():
+    ctx = [1, 2, 3, 9, 1, 2, 3, 8, 1, 2, 3, 9, 5, 1, 2]
+    return [
+        # Section 3: [1 2 3] never ends the text; [1 2] occurred at 13 - 2 = ..., latest first: 8, 4, 0.
+        suffix_case("section 3", ctx, 3, 8, 4,
+                    {"tokens": [3, 9, 8, 5, 1, 1, 1, 2, 2], "parents": [-1, 0, 0, 1, 1, 2, 3, 4, 5]}),
+        suffix_case("section 3 with k = 3", ctx, 3, 3, 4, {"tokens": [3, 9, 8, 5], "parents": [-1, 0, 0, 1]}),
+        suffix_case("width 1 is prompt lookup", ctx, 3, 4, 1, {"tokens": [3, 9, 5, 1, 2], "parents": [-1, 0, 1, 2, 3]}),
+        suffix_case("no earlier occurrence: the root alone", [4, 5, 6], 7, 5, 3, {"tokens": [7], "parents": [-1]}),
+        suffix_case("k = 0: the root alone", ctx, 3, 0, 4, {"tokens": [3], "parents": [-1]}),
+    ]
+
+
+def test_hand_example_suffix_tree():
+    check(cases_hand_example_suffix_tree())
+
+
+def cases_suffix_tree_matches_recorded():
+    return [suffix_case(c["name"], c["ctx"], c["pending"], c["k"], c["width"], c["expect"], c["max_ngram"],
+                        c["min_ngram"]) for c in golden("suffix_tree")]
+
+
+def test_suffix_tree_matches_recorded():
+    check(cases_suffix_tree_matches_recorded(), "recorded context")
+
+
+DRAFT_CONFIG = LlamaConfig(vocab=12, dim=16, n_layers=1, n_heads=2, n_kv_heads=1, hidden=32)
+
+
+def draft_model(vocab: int = 12) -> TinyLlama:
+    return TinyLlama.random(replace(DRAFT_CONFIG, vocab=vocab), 3)
+
+
+def drafted(params, k, seed, branch, ctx, pending):
+    tree = ModelDrafter(draft_model(), params, k, seed, branch).propose(ctx, pending, k)
+    return {"tokens": [int(t) for t in tree.tokens], "parents": [int(p) for p in tree.parents],
+            "probs": None if tree.probs is None else
+            [None if q is None else np.asarray(q, dtype=np.float64).tolist() for q in tree.probs]}
+
+
+def expected_draft(params, k, seed, branch, ctx, pending):
+    """Section 2.2's rule, worked with the given model: the chain first, runners-up at the root."""
+    model = draft_model()
+    runner = RunnerTarget(model, model.new_pool(64, 16))
+    rng = Pcg32(seed, 55)
+    row = runner.extend(list(ctx) + [pending])[-1]
+    greedy = params.temperature == 0.0
+    siblings = min(branch - 1, k - 1)
+    chain, qs, first = [], [], row
+    for i in range(k - siblings):
+        q = distribution(row, params, [], [])
+        token = int(np.argmax(q)) if greedy else walk(q, rng.next_f64())
+        chain.append(token)
+        qs.append(q.tolist())
+        if i + 1 < k - siblings:
+            row = runner.extend([token])[-1]
+    score = first.astype(np.float64) if greedy else distribution(first, params, [], [])
+    extra = [int(t) for t in np.lexsort((np.arange(12), -score)) if t != chain[0]][:siblings]
+    m = len(extra)
+    parents = [-1, 0] + [0] * m + ([1] if len(chain) > 1 else []) + list(range(m + 2, m + len(chain)))
+    probs = None if greedy else [None, qs[0]] + [None] * m + qs[1:]
+    return {"tokens": [pending, chain[0]] + extra + chain[1:], "parents": parents, "probs": probs}
+
+
+def cases_model_drafter_returns_its_q():
+    rule = ("card 2.2: the draft model drafts a chain of k - (branch - 1) tokens, each drawn by walk(q, u) with "
+            "q = distribution(its row, params, [], []) and u from Pcg32(seed, 55) (the argmax at temperature 0, "
+            "probs None), and returns each q; branch - 1 runners-up of the first row join the root as leaves")
+    ctx, pending = [1, 4, 1, 5, 9, 2, 6], 5
+    cases = []
+    for label, params, k, seed, branch in [("temperature 0.8", SamplingParams(temperature=0.8), 4, 5, 1),
+                                           ("temperature 1.3, top-k 4", SamplingParams(temperature=1.3, top_k=4), 3, 9, 1),
+                                           ("greedy: the argmax chain, no q", GREEDY, 4, 0, 1),
+                                           ("branch 3 at temperature 1", SamplingParams(temperature=1.0), 5, 2, 3),
+                                           ("greedy branch 2", GREEDY, 3, 0, 2),
+                                           ("k 1 leaves no room for a runner-up", SamplingParams(temperature=1.0), 1, 4, 3)]:
+        text = (f"ModelDrafter(TinyLlama.random({DRAFT_CONFIG}, 3), {params_text(params)}, {k}, {seed}, {branch})"
+                f".propose({ctx}, {pending}, {k})")
+        cases.append(Case(label, text, lambda a=(params, k, seed, branch, ctx, pending): drafted(*a),
+                          expected_draft(params, k, seed, branch, ctx, pending), rule))
+    return cases
+
+
+def test_model_drafter_returns_its_q():
+    check(cases_model_drafter_returns_its_q())
+
+
+# --- 2.3 Verifying a tree ---------------------------------------------------------------------------
+
+GREEDY_RULE = ("card 2.3: from the root, take the penalized argmax of the node's row (ties to the lowest id); "
+               "move to the first child holding it, or emit it and stop: the longest accepted path, then the "
+               "bonus from the last accepted node's row; greedy draws nothing")
+SAMPLED_RULE = ("card 2.3: at a node, try its children in node order: draw u_a then u_r (both, always), accept "
+                "child c when u_a < p(c)/q(c), else p <- residual(p, q); after the last child is rejected emit "
+                "walk(p, u_r); at a leaf the bonus is L10.1's sample (one draw)")
+
+
+def verify_answer(rows, tree, params, prompt, output, rng):
+    v = verify_tree(rows, tree, params, prompt, output, rng)
+    after = rng.used if isinstance(rng, Script) else int(rng.next_u32())
+    return {"tokens": [int(t) for t in v.tokens], "path": [int(i) for i in v.path],
+            "logprobs": [float(x) for x in v.logprobs], "draws": after}
+
+
+def verify_case(label, rows, tree, params, prompt, output, rng_text, make_rng, want, rule) -> Case:
+    text = (f"rng = {rng_text}; v = verify_tree({rows_text(rows)}, {tree_text(tree)}, {params_text(params)}, "
+            f"{list(prompt)!r}, {list(output)!r}, rng); (v.tokens, v.path, v.logprobs, "
+            f"{'rng.used' if rng_text.startswith('Script') else 'rng.next_u32()'})")
+    return Case(label, text, lambda: verify_answer(rows, tree, params, prompt, output, make_rng()), want, rule)
+
+
+def greedy_hand_case(label, tops, want_tokens, want_path) -> Case:
+    rows = [peaked(10, t) for t in tops]
+    tree = DraftTree(HAND_TOKENS, HAND_PARENTS)
+    want = {"tokens": want_tokens, "path": want_path, "logprobs": [PEAK_LOGPROB] * len(want_tokens),
+            "draws": stream(7).next_u32()}
+    return verify_case(label, rows, tree, GREEDY, [], [], "stream(7)", lambda: stream(7), want, GREEDY_RULE)
+
+
+def cases_hand_example_greedy_tree():
+    # Section 3's tree: 5 -> (7 -> (3, 9), 2 -> (4)); row j's argmax is tops[j].
+    return [
+        greedy_hand_case("section 3: the second branch, then the bonus", [2, 0, 4, 0, 0, 8], [2, 4, 8], [0, 2, 5]),
+        greedy_hand_case("the first branch, its second child, the bonus", [7, 9, 0, 0, 6, 0], [7, 9, 6], [0, 1, 4]),
+        greedy_hand_case("a correction at the root", [6, 3, 4, 0, 0, 0], [6], [0]),
+        greedy_hand_case("a correction below an accepted node", [7, 1, 0, 0, 0, 0], [7, 1], [0, 1]),
+    ]
+
+
+def test_hand_example_greedy_tree():
+    check(cases_hand_example_greedy_tree())
+
+
+SIB_ROW = np.log(np.array([0.4, 0.3, 0.2, 0.1])).astype(np.float32)
+SIB_Q = np.array([0.1, 0.6, 0.2, 0.1])
+
+
+def cases_hand_example_sampled_siblings():
+    # Section 3: p = [0.4 0.3 0.2 0.1]; node 1 offers 0 (deterministic), node 2 offers 1 drawn from SIB_Q.
+    tree = DraftTree([3, 0, 1], [-1, 0, 0], [None, None, SIB_Q])
+    leaf = np.array([0, 0, 3, 0], dtype=np.float32)
+    rows = [SIB_ROW, leaf, leaf]
+    prm = SamplingParams(temperature=1.0)
+    x = SIB_ROW.astype(np.float64)
+    lp = (x - np.log(np.exp(x).sum())).tolist()
+    leaf_lp = 3.0 - float(np.log(np.exp(3.0) + 3))
+
+    def case(label, draws, want):
+        return verify_case(label, rows, tree, prm, [], [], f"Script({draws})", lambda: Script(draws), want, SAMPLED_RULE)
+
+    return [
+        case("section 3: both siblings rejected, the residual's walk", [0.7, 0.0, 0.9, 0.5],
+             {"tokens": [2], "path": [0], "logprobs": [lp[2]], "draws": 4}),
+        case("the first sibling kept: u_a = 0.3 < 0.4, then the leaf's bonus", [0.3, 0.99, 0.1],
+             {"tokens": [0, 2], "path": [0, 1], "logprobs": [lp[0], leaf_lp], "draws": 3}),
+        case("the second sibling kept against the residual: 0.8 < 0.5 / 0.6", [0.7, 0.0, 0.8, 0.0, 0.1],
+             {"tokens": [1, 2], "path": [0, 2], "logprobs": [lp[1], leaf_lp], "draws": 5}),
+        case("the second sibling rejected at 0.84 > 0.5 / 0.6; u_r = 0.7 walks to 3", [0.7, 0.0, 0.84, 0.7],
+             {"tokens": [3], "path": [0], "logprobs": [lp[3]], "draws": 4}),
+    ]
+
+
+def test_hand_example_sampled_siblings():
+    check(cases_hand_example_sampled_siblings())
+
+
+def recorded_verify_case(c: dict) -> Case:
+    t = c["tree"]
+    probs = None if t["probs"] is None else [None if q is None else f64_row(q) for q in t["probs"]]
+    tree = DraftTree(t["tokens"], t["parents"], probs)
+    params = SamplingParams(**c["params"])
+    want = {"tokens": c["expect"]["tokens"], "path": c["expect"]["path"], "logprobs": c["expect"]["logprobs"],
+            "draws": c["expect"]["next_u32"]}
+    return verify_case(c["name"], [f32_row(r) for r in c["rows"]], tree, params, c["prompt"], c["output"],
+                       f"stream({c['seed']})", lambda: stream(c["seed"]), want,
+                       GREEDY_RULE if params.temperature == 0 else SAMPLED_RULE)
+
+
+def cases_verify_tree_matches_recorded():
+    return [recorded_verify_case(c) for c in golden("verify")]
+
+
+def test_verify_tree_matches_recorded():
+    check(cases_verify_tree_matches_recorded(), "recorded round")
+
+
+def cases_chain_tree_verifies_as_l10_8():
+    rule = ("card 2.3: a chain tree draws what L10.8's verify_draft draws (u_a then u_r at every position, one "
+            "draw for a sampled bonus) and emits the same tokens and logprobs")
+    cases = []
+    for c in golden("verify", L10_8_GOLDEN):
+        probs = None if c["draft_probs"] is None else [f64_row(q) for q in c["draft_probs"]]
+        tree = chain_tree(c["prompt"][-1] if c["prompt"] else 0, c["draft"], probs)
+        params = SamplingParams(**c["params"])
+        n = c["expect"]["n_accepted"]
+        want = {"tokens": c["expect"]["tokens"], "path": list(range(n + 1)), "logprobs": c["expect"]["logprobs"],
+                "draws": c["expect"]["next_u32"]}
+        cases.append(verify_case(c["name"], [f32_row(r) for r in c["rows"]], tree, params, c["prompt"], c["output"],
+                                 f"stream({c['seed']})", lambda s=c["seed"]: stream(s), want, rule))
+    return cases
+
+
+def test_chain_tree_verifies_as_l10_8():
+    check(cases_chain_tree_verifies_as_l10_8(), "L10.8 round")
+
+
+# --- 2.3 The law of sampled output ------------------------------------------------------------------
+
+STAT_SEEDS = 4000
+STAT_POOL_AT = 1e-3
+STAT_P_VALUE = 1e-4  # the threshold is chi2's (1 - 1e-4) quantile; see course/L10.9.md section 4
+STAT_ROW = [1.2, 1.0, 0.4, 0.9, -5.0, -6.5]
+STAT_Q = [0.3, 0.35, 0.05, 0.2, 0.1, 0.0]
+STAT_PROMPT = [3, 1, 4, 1, 5]
+
+
+def stat_law(row) -> np.ndarray:
+    x = np.asarray(row, dtype=np.float32).astype(np.float64)
+    p = np.exp(x - x.max())
+    return p / p.sum()
+
+
+def sibling_counts(kind: str) -> list[int]:
+    """How often each id is the first emitted token over 4000 seeds, for one kind of root fan."""
+    row = np.array(STAT_ROW, dtype=np.float32)
+    leaf = np.zeros(6, dtype=np.float32)
+    q = np.array(STAT_Q)
+    prm = SamplingParams(temperature=1.0)
+    draws = np.random.default_rng(2025).random((STAT_SEEDS, 3))
+    counts = [0] * 6
+    for seed in range(STAT_SEEDS):
+        if kind == "one-hot":   # the two likeliest ids, chosen deterministically
+            tree = DraftTree([0, 0, 1], [-1, 0, 0])
+        else:                   # three children drawn independently from q, duplicates allowed
+            kids = np.searchsorted(np.cumsum(q), draws[seed], side="right").tolist()
+            tree = DraftTree([0] + kids, [-1, 0, 0, 0], [None, q, q, q])
+        v = verify_tree([row] + [leaf] * (len(tree.tokens) - 1), tree, prm, [], [], stream(seed))
+        counts[int(v.tokens[0])] += 1
+    return counts
+
+
+MODEL_SEEDS = 2000
+
+
+def model_drafter_counts() -> list[int]:
+    """The first emitted token over 2000 rounds: the draft model's sampled child and its runner-up
+    under the root, verified against the table target's rows (its next generator draw each round)."""
+    drafter = ModelDrafter(TinyLlama.random(replace(DRAFT_CONFIG, vocab=6), 4), SamplingParams(temperature=1.0),
+                           2, 0, 2)
+    target = TreeTableTarget(6, 17, order=1, scale=1.0)
+    counts = [0] * 6
+    for seed in range(MODEL_SEEDS):
+        tree = drafter.propose(STAT_PROMPT[:-1], STAT_PROMPT[-1], 2)
+        rows = [target.logits_at(STAT_PROMPT + [tree.tokens[i] for i in path[1:]])
+                for path in ([0], [0, 1], [0, 2])[:len(tree.tokens)]]
+        v = verify_tree(rows, tree, SamplingParams(temperature=1.0), [], [], stream(seed))
+        counts[int(v.tokens[0])] += 1
+    return counts
+
+
+def judge_law(law, seeds):
+    def judge(counts, _expected) -> str | None:
+        if not isinstance(counts, list) or len(counts) != len(law):
+            return "not a list of counts"
+        big = law > STAT_POOL_AT
+        c = np.asarray(counts, dtype=np.float64)
+        observed, expected = c[big], seeds * law[big]
+        if not big.all():
+            observed, expected = np.append(observed, c[~big].sum()), np.append(expected, seeds * law[~big].sum())
+        statistic = float(((observed - expected) ** 2 / expected).sum())
+        threshold = chdtri(len(observed) - 1, STAT_P_VALUE)
+        if statistic < threshold:
+            return None
+        return (f"the first token's chi-square is {statistic:.1f} on {len(observed) - 1} degrees of freedom, "
+                f"above {threshold:.1f}: not the target's law")
+    return judge
+
+
+def cases_sampled_tree_keeps_the_target_law():
+    rule = ("card 2.3: multi-candidate accept-or-resample (the residual updated after every rejected child) "
+            "emits each token with the target's probability, whatever the tree")
+    law = stat_law(STAT_ROW)
+    target_law = stat_law(TreeTableTarget(6, 17, order=1, scale=1.0).logits_at(STAT_PROMPT))
+
+    def law_case(label, text, run, p, seeds=STAT_SEEDS):
+        return Case(label, text, run, [round(seeds * float(x), 1) for x in p], rule, judge=judge_law(p, seeds),
+                    compare="law")
+
+    return [
+        law_case("two deterministic siblings, the likeliest ids",
+                 f"for seeds 0..3999: verify_tree([row, leaf, leaf], DraftTree([0, 0, 1], [-1, 0, 0]), "
+                 f"SamplingParams(temperature=1.0), [], [], stream(seed)).tokens[0] with row = {STAT_ROW} "
+                 "(sibling_counts('one-hot') in ol shell)", lambda: sibling_counts("one-hot"), law),
+        law_case("three siblings drawn independently from q",
+                 f"for seeds 0..3999: three children drawn from q = {STAT_Q}, probs [None, q, q, q] "
+                 "(sibling_counts('iid') in ol shell)", lambda: sibling_counts("iid"), law),
+        law_case("the draft model's sampled child and its runner-up",
+                 "model_drafter_counts()   # helper of course/tests/test_l10_9.py (ol shell has it)",
+                 model_drafter_counts, target_law, MODEL_SEEDS),
+    ]
+
+
+def test_sampled_tree_keeps_the_target_law():
+    check(cases_sampled_tree_keeps_the_target_law())
+
+
+# --- 2.4 Compaction -----------------------------------------------------------------------------------
+
+COMPACT_RULE = ("card 2.4: the K and V of node path[d], every layer, move from slot start + path[d] to slot "
+                "start + d; then L10.8's rollback to start + len(path) returns the blocks no longer needed")
+
+
+def compacted(start, fills, path):
+    """A pool whose every slot holds its own position (layer l adds 100 l; V is minus K), compacted."""
+    pool = KvPool(8, 4, layers=2, kv_heads=1, head_dim=2)
+    table = []
+    for n in fills:
+        b = pool.allocate()
+        pool.set_fill(b, n)
+        table.append(b)
+    for p in range(sum(fills)):
+        for layer in range(2):
+            pool.k[layer, table[p // 4], p % 4] = p + 100 * layer
+            pool.v[layer, table[p // 4], p % 4] = -(p + 100 * layer)
+    before = list(table)
+    released = compact(pool, table, start, path)
+    keep = start + len(path)
+    at = [(table[p // 4], p % 4) for p in range(keep)]
+    return {"released": released, "table": len(table), "fills": [pool.fill(b) for b in table],
+            "k layer 0": [float(pool.k[0, b, s, 0, 0]) for b, s in at],
+            "k layer 1": [float(pool.k[1, b, s, 0, 1]) for b, s in at],
+            "v layer 1": [float(pool.v[1, b, s, 0, 0]) for b, s in at],
+            "free": pool.num_free(), "freed": [pool.refcount(b) == 0 for b in before[len(table):]]}
+
+
+def compact_case(label, start, fills, path, want) -> Case:
+    text = (f"pool, table = compacted_pool({fills}); compact(pool, table, {start}, {path})   "
+            "# compacted(): course/tests/test_l10_9.py (ol shell has it)")
+    return Case(label, text, lambda: compacted(start, fills, path), want, COMPACT_RULE)
+
+
+def cases_hand_example_compaction():
+    def moved(slots):
+        return {"k layer 0": [float(s) for s in slots], "k layer 1": [float(s + 100) for s in slots],
+                "v layer 1": [float(-(s + 100)) for s in slots]}
+
+    return [
+        # Section 3: 5 cached positions, a tree of 6 nodes at slots 5..10, keep nodes [0 2 5].
+        compact_case("section 3: keep [0 2 5] of a tree at 5", 5, [4, 4, 3], [0, 2, 5],
+                     {"released": 1, "table": 2, "fills": [4, 4], **moved([0, 1, 2, 3, 4, 5, 7, 10]),
+                      "free": 6, "freed": [True]}),
+        compact_case("the root alone", 5, [4, 4, 3], [0],
+                     {"released": 1, "table": 2, "fills": [4, 2], **moved([0, 1, 2, 3, 4, 5]), "free": 6,
+                      "freed": [True]}),
+        compact_case("a path that crosses into the next block", 2, [4, 4, 4], [0, 3, 6],
+                     {"released": 1, "table": 2, "fills": [4, 1], **moved([0, 1, 2, 5, 8]), "free": 6,
+                      "freed": [True]}),
+        compact_case("a path already in place moves nothing", 4, [4, 4], [0, 1, 2],
+                     {"released": 0, "table": 2, "fills": [4, 3], **moved([0, 1, 2, 3, 4, 5, 6]), "free": 6,
+                      "freed": []}),
+        compact_case("a path that does not start at the root", 4, [4, 4], [1, 2], raises("TreeError")),
+        compact_case("a path that goes back", 4, [4, 4], [0, 3, 2], raises("TreeError")),
+    ]
+
+
+def test_hand_example_compaction():
+    check(cases_hand_example_compaction())
+
+
+def conserved_request(request: int, prompt, k, width, max_new):
+    target = TreeTableTarget(5, request, order=2, scale=1.0, num_blocks=64, block_tokens=4)
+    rounds = {"n": 0}
+    keep = target.keep_path
+
+    def checked_keep(start, path):
+        keep(start, path)   # compacts, then checks the blocks and fills (KvCorrupt otherwise)
+        rounds["n"] += 1
+        target.cached_ids()  # every kept position reads back the same id in every layer, K and V
+
+    target.keep_path = checked_keep
+    g = generate_tree(target, SuffixTreeDrafter(k, width), prompt, SamplingParams(temperature=1.0), request,
+                      max_new, [])
+    ids = target.cached_ids()
+    target.release()
+    return {"leaked": target.pool.num_blocks - target.pool.num_free(), "rounds": rounds["n"],
+            "tree rounds": len(target.tree_sizes), "cache holds the emitted text": ids == (prompt + g.tokens)[:len(ids)],
+            "rejected": g.stats.drafted - g.stats.accepted}
+
+
+def cases_blocks_conserved_across_tree_rounds():
+    rng = np.random.default_rng(99)
+    cases = []
+    for request in range(150):
+        prompt = (rng.integers(0, 5, size=int(rng.integers(1, 4))).tolist() * 5)[:int(rng.integers(1, 12))]
+        k, width, max_new = int(rng.integers(1, 11)), int(rng.integers(1, 5)), int(rng.integers(1, 16))
+        text = (f"target = TreeTableTarget(5, {request}, order=2, scale=1.0); generate_tree(target, "
+                f"SuffixTreeDrafter({k}, {width}), {prompt}, SamplingParams(temperature=1.0), {request}, {max_new}, "
+                "[]); target.release()   # conserved_request() in course/tests/test_l10_9.py (ol shell has it)")
+        cases.append(Case(f"request {request}", text,
+                          lambda a=(request, prompt, k, width, max_new): conserved_request(*a),
+                          {"leaked": 0, "cache holds the emitted text": True},
+                          COMPACT_RULE + "; after every round the blocks and fills match the cached positions",
+                          judge=judge_conserved))
+    return cases
+
+
+def judge_conserved(got, _expected) -> str | None:
+    if not isinstance(got, dict) or "leaked" not in got:
+        return ""
+    if got["leaked"]:
+        return f"{got['leaked']} blocks still in use after the request released its table: leaked"
+    if got["rounds"] != got["tree rounds"]:
+        return f"{got['rounds']} keep_path calls for {got['tree rounds']} trees: one per round"
+    if not got["cache holds the emitted text"]:
+        return "the cache does not hold the prompt and the emitted tokens: compact moved the wrong K/V"
+    return None
+
+
+def test_blocks_conserved_across_tree_rounds():
+    answers = check(cases_blocks_conserved_across_tree_rounds(), "request")
+    rejected = sum(a["rejected"] for a in answers)
+    assert rejected >= 1000, (f"over 150 requests SpecStats counts only {rejected} rejected tree nodes "
+                              "(drafted - accepted); the reference rejects over 1000 on the same requests")
+
+
+# --- 2.5 Generation ---------------------------------------------------------------------------------
+
+GEN_PROMPTS = [[1, 2, 3, 4, 5, 6], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], [7, 7, 2, 7, 7, 2, 7, 7, 2]]
+LOOP_RULE = ("card 2.5: feed the prompt but its last token, then one tree of at most max_new - emitted - 1 "
+             "nodes per round; keep_path(start, path[:emitted]) after handing the tokens over")
+CYCLE = [1, 2, 3, 4, 5, 0, 0, 0]
+CYCLE_PROMPT = [0, 1, 2, 3, 4, 5, 0, 1]
+
+
+def plain_greedy(target, prompt, params, max_new):
+    """Greedy decoding with one target pass per token, no speculation."""
+    out: list[int] = []
+    rows = target.extend(prompt)
+    while len(out) < max_new:
+        token, _ = sample(rows[-1], params, prompt, out, stream(0))
+        out.append(token)
+        if len(out) < max_new:
+            rows = target.extend([token])
+    return out
+
+
+DRAFTERS = {
+    "PromptLookupDrafter(4)": lambda vocab: PromptLookupDrafter(4),
+    "SuffixTreeDrafter(8, 4)": lambda vocab: SuffixTreeDrafter(8, 4),
+    "ModelDrafter(draft_model(vocab), k=4, branch=2)": lambda vocab: ModelDrafter(draft_model(vocab), GREEDY, 4, 0, 2),
+}
+
+
+def tree_generation(target, drafter, prompt, params, seed, max_new, eos):
+    g = generate_tree(target, drafter, prompt, params, seed, max_new, eos)
+    return {"tokens": [int(t) for t in g.tokens], "logprobs": [float(x) for x in g.logprobs],
+            "drafted": g.stats.drafted, "accepted": g.stats.accepted, "target_calls": g.stats.target_calls,
+            "cached": target.cached(), "max_slot": target.max_slot}
+
+
+def cases_greedy_tree_equals_plain_greedy():
+    cases = []
+    runs = [(TreeTableTarget, (12, 1), "TreeTableTarget(12, 1)", p, GREEDY, 30) for p in GEN_PROMPTS]
+    runs += [(TreeTableTarget, (12, 5), "TreeTableTarget(12, 5)", p,
+              SamplingParams(repetition_penalty=1.3, frequency_penalty=0.2), 25) for p in GEN_PROMPTS]
+    runs += [(TreeCycleTarget, (CYCLE,), "TreeCycleTarget(CYCLE)", CYCLE_PROMPT, GREEDY, 30)]
+    for make, args, name, prompt, prm, max_new in runs:
+        vocab = make(*args).vocab
+        want = plain_greedy(make(*args), prompt, prm, max_new)
+        budget = len(prompt) + max_new - 1
+        for label, drafter in DRAFTERS.items():
+            def judge(got, _expected, want=want, budget=budget, cyclic=make is TreeCycleTarget, label=label):
+                if not isinstance(got, dict) or "tokens" not in got:
+                    return "not a generation"
+                if got["tokens"] != want:
+                    return f"trees changed the greedy tokens: plain greedy gives {want}"
+                if got["cached"] != budget:
+                    return f"the target caches {got['cached']} positions after generation; it must keep {budget}"
+                if got["max_slot"] >= budget:
+                    return f"KV written at slot {got['max_slot']}, past the request's budget {budget}"
+                if cyclic and not label.startswith("Model") and got["target_calls"] > 12:
+                    return f"{got['target_calls']} target passes on repeating text: the tree saved almost none"
+                return None
+
+            text = (f"target = {name}; generate_tree(target, {label}, {prompt}, {params_text(prm)}, 0, {max_new}, [])"
+                    "   # course/tests/tree_fakes.py (ol shell has it)")
+            cases.append(Case(f"{label.replace('(vocab)', f'({vocab})')} on {name} prompt {prompt}{' with penalties' if prm is not GREEDY else ''}",
+                              text.replace("(vocab)", f"({vocab})"), lambda m=make, a=args, d=drafter, p=prompt, r=prm, n=max_new,
+                              v=vocab: tree_generation(m(*a), d(v), p, r, 0, n, []),
+                              {"tokens": want, "cached": budget}, LOOP_RULE + "; greedy output never changes",
+                              judge=judge))
+    return cases
+
+
+def test_greedy_tree_equals_plain_greedy():
+    check(cases_greedy_tree_equals_plain_greedy())
+
+
+def recorded_generation_case(c: dict) -> Case:
+    d = c["drafter"]
+    make = (lambda: PromptLookupDrafter(d["k"])) if d["kind"] == "prompt_lookup" else \
+        (lambda: SuffixTreeDrafter(d["k"], d["width"]))
+    drafter_text = f"PromptLookupDrafter({d['k']})" if d["kind"] == "prompt_lookup" else \
+        f"SuffixTreeDrafter({d['k']}, {d['width']})"
+    t = c["target"]
+    params = SamplingParams(**c["params"])
+    text = (f"target = TreeTableTarget({t['vocab']}, {t['seed']}, order={t['order']}, scale={t['scale']}); "
+            f"g = generate_tree(target, {drafter_text}, {c['prompt']}, {params_text(params)}, {c['seed']}, "
+            f"{c['max_new']}, {c['eos']}); (g.tokens, g.logprobs, g.stats, target.cached())")
+    return Case(c["name"], text,
+                lambda: {k: v for k, v in tree_generation(TreeTableTarget(**t), make(), c["prompt"], params, c["seed"],
+                                                          c["max_new"], c["eos"]).items() if k != "max_slot"},
+                c["expect"], LOOP_RULE + "; one generator stream(seed) for the request; SpecStats as L10.8's")
+
+
+def cases_tree_generation_matches_recorded():
+    return [recorded_generation_case(c) for c in golden("generate")]
+
+
+def test_tree_generation_matches_recorded():
+    check(cases_tree_generation_matches_recorded(), "recorded generation")
+
+
+def cases_generate_tree_streams_and_stops_when_told():
+    rule = ("card 2.5: every emitted token and logprob reaches on_token in order; a false answer or an EOS ends "
+            "generation at once, mid-round, and the target keeps the root and the emitted tokens but the last")
+
+    def streamed(prm):
+        heard = []
+        g = generate_tree(TreeTableTarget(12, 3), SuffixTreeDrafter(6, 3), GEN_PROMPTS[2], prm, 99, 25, [],
+                          lambda t, lp: heard.append([int(t), float(lp)]) is None)
+        quiet = generate_tree(TreeTableTarget(12, 3), SuffixTreeDrafter(6, 3), GEN_PROMPTS[2], prm, 99, 25, [])
+        return {"heard": heard, "returned": [[int(t), float(lp)] for t, lp in zip(g.tokens, g.logprobs)],
+                "no listener gives the same tokens": [int(t) for t in quiet.tokens] == [int(t) for t in g.tokens]}
+
+    def judge(got, _expected):
+        if not isinstance(got, dict) or "heard" not in got:
+            return "not a stream"
+        if got["heard"] != got["returned"]:
+            return "the listener heard other (token, logprob) pairs than generate_tree returned"
+        if len(got["heard"]) != 25:
+            return f"the listener heard {len(got['heard'])} tokens, not max_new = 25"
+        if not got["no listener gives the same tokens"]:
+            return "on_token=None gives other tokens"
+        return None
+
+    def stopped(stop_after, eos):
+        heard = []
+        target = TreeCycleTarget(CYCLE)
+        g = generate_tree(target, SuffixTreeDrafter(8, 2), CYCLE_PROMPT, GREEDY, 0, 20, eos,
+                          lambda t, lp: heard.append(int(t)) or len(heard) < stop_after)
+        return {"tokens": [int(t) for t in g.tokens], "heard": heard, "target_calls": g.stats.target_calls,
+                "cached": target.cached(), "cache": target.cached_ids()}
+
+    cases = [Case(f"every token heard at {params_text(prm)}",
+                  f"heard = []; generate_tree(TreeTableTarget(12, 3), SuffixTreeDrafter(6, 3), {GEN_PROMPTS[2]}, "
+                  f"{params_text(prm)}, 99, 25, [], lambda t, lp: heard.append((t, lp)) is None)",
+                  lambda prm=prm: streamed(prm), {"heard": "every token, in order"}, rule, judge=judge)
+             for prm in (GREEDY, SamplingParams(temperature=0.9, top_k=5))]
+    prefix = "heard = []; target = TreeCycleTarget(CYCLE); generate_tree(target, SuffixTreeDrafter(8, 2), "
+    cases.append(Case("a listener that says stop at the third token, inside the first tree",
+                      prefix + f"{CYCLE_PROMPT}, SamplingParams(), 0, 20, [], lambda t, lp: heard.append(t) or "
+                      "len(heard) < 3)", lambda: stopped(3, []),
+                      {"tokens": [2, 3, 4], "heard": [2, 3, 4], "target_calls": 2, "cached": len(CYCLE_PROMPT) + 2,
+                       "cache": CYCLE_PROMPT + [2, 3]}, rule))
+    cases.append(Case("an EOS inside an accepted path", prefix + f"{CYCLE_PROMPT}, SamplingParams(), 0, 20, [4], "
+                      "lambda t, lp: heard.append(t) or True)", lambda: stopped(99, [4]),
+                      {"tokens": [2, 3, 4], "heard": [2, 3, 4], "target_calls": 2, "cached": len(CYCLE_PROMPT) + 2,
+                       "cache": CYCLE_PROMPT + [2, 3]}, rule))
+    cases.append(Case("max_new = 0 feeds nothing", "generate_tree(TreeCycleTarget(CYCLE), SuffixTreeDrafter(8, 2), "
+                      f"{CYCLE_PROMPT}, SamplingParams(), 0, 0, [])",
+                      lambda: {k: v for k, v in tree_generation(TreeCycleTarget(CYCLE), SuffixTreeDrafter(8, 2),
+                                                                CYCLE_PROMPT, GREEDY, 0, 0, []).items()
+                               if k in ("tokens", "target_calls", "cached")},
+                      {"tokens": [], "target_calls": 0, "cached": 0}, rule))
+    return cases
+
+
+def test_generate_tree_streams_and_stops_when_told():
+    check(cases_generate_tree_streams_and_stops_when_told())
+
+
+# --- The real model ---------------------------------------------------------------------------------
+
+def tiny_llama_tree():
+    """A tree fed to the tiny llama after a cached prompt: each row against a fresh chain run, then
+    keep_path through your compact, then the next token against a fresh run of the kept text."""
+    model = TinyLlama.random(LlamaConfig(), 0)
+    pool = model.new_pool(64, 4)
+    prompt = np.random.default_rng(5).integers(0, 256, size=7).tolist()
+    tokens, parents = [prompt[-1], 40, 41, 50, 51, 60], [-1, 0, 0, 1, 1, 2]
+
+    def fresh_last_row(text):
+        t = RunnerTarget(model, pool)
+        row = t.extend(text)[-1]
+        t.release()
+        return row
+
+    target = RunnerTarget(model, pool)
+    target.extend(prompt[:-1])
+    start = target.cached()
+    rows = target.extend_tree(tokens, tree_positions(start, parents), tree_mask(parents))
+    paths = {j: [i for i in range(j + 1) if tree_mask(parents)[j][i]] for j in range(len(tokens))}
+    close = [float(np.max(np.abs(rows[j] - fresh_last_row(prompt[:-1] + [tokens[i] for i in paths[j]]))))
+             for j in range(len(tokens))]
+    target.keep_path(start, [0, 2, 5])
+    kept = prompt + [41, 60]
+    cached = target.cached()
+    after = target.extend([7])[0]
+    seen = {"rows match fresh chain runs": [c < 1e-4 for c in close], "cached": cached,
+            "next row after keep_path matches a fresh run": bool(np.max(np.abs(after - fresh_last_row(kept + [7]))) < 1e-4)}
+    target.release()
+    seen["blocks back in the pool"] = pool.num_free() == 64
+    return seen
+
+
+def tiny_llama_tree_generation():
+    model = TinyLlama.random(LlamaConfig(), 0)
+    pool = model.new_pool(64, 4)
+    prompt = np.random.default_rng(5).integers(0, 256, size=7).tolist()
+    periodic = (prompt[:4] * 3)[:10]
+    plain = RunnerTarget(model, pool)
+    want = plain_greedy(plain, periodic, GREEDY, 12)
+    plain.release()
+    target = RunnerTarget(model, pool)
+    g = generate_tree(target, SuffixTreeDrafter(6, 3), periodic, GREEDY, 0, 12, [])
+    seen = {"same tokens as plain greedy": [int(t) for t in g.tokens] == want, "cached": target.cached(),
+            "drafted": g.stats.drafted > 0}
+    target.release()
+    seen["blocks back in the pool"] = pool.num_free() == 64
+    return seen
+
+
+def cases_runner_target_scores_a_tree():
+    rule = ("card 2.6 and 2.4: RunnerTarget.extend_tree scores each node as a fresh run of its path; keep_path calls "
+            "your compact; greedy with trees emits plain greedy's tokens")
+    return [
+        Case("a tree after a cached prompt, then keep_path", "tiny_llama_tree()   # helper of "
+             "course/tests/test_l10_9.py (ol shell has it)", tiny_llama_tree,
+             {"rows match fresh chain runs": [True] * 6, "cached": 9,
+              "next row after keep_path matches a fresh run": True, "blocks back in the pool": True}, rule),
+        Case("greedy trees on the tiny llama", "tiny_llama_tree_generation()   # helper of course/tests/test_l10_9.py",
+             tiny_llama_tree_generation, {"same tokens as plain greedy": True, "cached": 21, "drafted": True,
+                                          "blocks back in the pool": True}, rule),
+    ]
+
+
+def test_runner_target_scores_a_tree():
+    check(cases_runner_target_scores_a_tree())
