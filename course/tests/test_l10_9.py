@@ -178,7 +178,10 @@ DRAFT_CONFIG = LlamaConfig(vocab=12, dim=16, n_layers=1, n_heads=2, n_kv_heads=1
 
 
 def draft_model(vocab: int = 12) -> TinyLlama:
-    return TinyLlama.random(replace(DRAFT_CONFIG, vocab=vocab), 3)
+    """A random draft llama with its embeddings scaled by 0.2, so its q is spread out (with tied
+    embeddings at full scale a random llama is nearly one-hot on repeating its input)."""
+    model = TinyLlama.random(replace(DRAFT_CONFIG, vocab=vocab), 3)
+    return TinyLlama(model.config, {**model.weights, "tok_emb": model.weights["tok_emb"] * np.float32(0.2)})
 
 
 def drafted(params, k, seed, branch, ctx, pending):
@@ -224,7 +227,7 @@ def cases_model_drafter_returns_its_q():
                                            ("branch 3 at temperature 1", SamplingParams(temperature=1.0), 5, 2, 3),
                                            ("greedy branch 2", GREEDY, 3, 0, 2),
                                            ("k 1 leaves no room for a runner-up", SamplingParams(temperature=1.0), 1, 4, 3)]:
-        text = (f"ModelDrafter(TinyLlama.random({DRAFT_CONFIG}, 3), {params_text(params)}, {k}, {seed}, {branch})"
+        text = (f"ModelDrafter(draft_model(), {params_text(params)}, {k}, {seed}, {branch})"
                 f".propose({ctx}, {pending}, {k})")
         cases.append(Case(label, text, lambda a=(params, k, seed, branch, ctx, pending): drafted(*a),
                           expected_draft(params, k, seed, branch, ctx, pending), rule))
@@ -395,8 +398,7 @@ MODEL_SEEDS = 2000
 def model_drafter_counts() -> list[int]:
     """The first emitted token over 2000 rounds: the draft model's sampled child and its runner-up
     under the root, verified against the table target's rows (its next generator draw each round)."""
-    drafter = ModelDrafter(TinyLlama.random(replace(DRAFT_CONFIG, vocab=6), 4), SamplingParams(temperature=1.0),
-                           2, 0, 2)
+    drafter = ModelDrafter(draft_model(6), SamplingParams(temperature=1.0), 2, 0, 2)
     target = TreeTableTarget(6, 17, order=1, scale=1.0)
     counts = [0] * 6
     for seed in range(MODEL_SEEDS):
