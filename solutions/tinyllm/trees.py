@@ -129,6 +129,7 @@ class PromptLookupDrafter:
     min_ngram: int = 1
 
     def propose(self, ctx: Sequence[int], pending: int, k: int) -> DraftTree:
+        """``chain_tree(pending, prompt_lookup(ctx + [pending], min(self.k, k), max_ngram, min_ngram))``."""
         text = [int(t) for t in ctx] + [int(pending)]
         return chain_tree(pending, prompt_lookup(text, min(self.k, k), self.max_ngram, self.min_ngram))
 
@@ -150,6 +151,8 @@ class SuffixTreeDrafter:
     min_ngram: int = 1
 
     def propose(self, ctx: Sequence[int], pending: int, k: int) -> DraftTree:
+        """The trie of the latest occurrences' continuations in ``ctx + [pending]``, at most
+        ``min(self.k, k)`` nodes below the root; the root alone when no suffix occurred earlier."""
         text = [int(t) for t in ctx] + [int(pending)]
         budget = min(self.k, k)
         t = len(text)
@@ -213,6 +216,9 @@ class ModelDrafter:
         self.passes = 0
 
     def propose(self, ctx: Sequence[int], pending: int, k: int) -> DraftTree:
+        """A chain of ``min(self.k, k) - siblings`` drafted tokens under ``pending`` (node 1, then
+        after the siblings), and ``siblings = min(branch - 1, budget - 1)`` runners-up of the first
+        row as leaves of the root (nodes 2 ..); each drafted token's q in ``probs``."""
         budget = min(self.k, k)
         if budget <= 0:
             return DraftTree([int(pending)], [-1])
@@ -248,12 +254,14 @@ class ModelDrafter:
         return self.target.extend(ids)[-1]
 
     def _draw(self, row: np.ndarray) -> tuple[int, np.ndarray | None]:
+        """One draft token from ``row`` and the q it was drawn from (None for the argmax at T = 0)."""
         if self.params.temperature == 0.0:
             return argmax(row), None
         q = distribution(row, self.params, [], [])
         return walk(q, self.rng.next_f64()), q
 
     def _runners_up(self, row: np.ndarray, first: int, m: int) -> list[int]:
+        """The ``m`` likeliest ids of ``row`` other than ``first``: by q, or by logit at T = 0."""
         score = row.astype(np.float64) if self.params.temperature == 0.0 else distribution(row, self.params, [], [])
         order = np.lexsort((np.arange(score.shape[0]), -score))
         return [int(t) for t in order if t != first][:m]
@@ -267,6 +275,9 @@ class ModelDrafter:
 # --- 2.3 Verifying a tree --------------------------------------------------------------------
 
 def _check_round(rows, tree: DraftTree) -> tuple[list[np.ndarray], int]:
+    """The round's rows as arrays and the vocabulary size; :class:`TreeError` for a malformed tree,
+    a row count other than one per node, bad rows, token ids outside the vocabulary, or a q that is
+    not a distribution or gives its own token probability 0 (given code, section 2.3)."""
     tree_depths(tree.parents)
     n = len(tree.parents)
     if len(tree.tokens) != n:
