@@ -82,6 +82,16 @@ class Case:
         return self.show(answer) if self.show is not None else brief(answer)
 
 
+def each(function: Callable, calls: list[tuple]) -> list[Any]:
+    """``[function(*args) for args in calls]``: in an isolated check, in one exchange with the process
+    running the code under test rather than one per call (many calls of one function, as a
+    statistical test makes)."""
+    batch = getattr(function, "ol_each", None)
+    if batch is not None:
+        return batch(calls)
+    return [function(*args) for args in calls]
+
+
 def check(cases: list[Case], what: str = "case") -> list[Answer]:
     """Run every case; fail with a message naming the first failing one (and how many failed).
 

@@ -162,7 +162,8 @@ def _diagnose(catalog: Catalog, module: Module, impl: Path, run: SuiteRun, timeo
     """
     if run.problem or run.broken:
         return None
-    failed = [n for n, o in run.outcomes.items() if o.status == "fail" and not _is_stub(o.message)]
+    failed = [n for n, o in run.outcomes.items()
+              if o.status == "fail" and not _is_stub(o.message) and not _timed_out(o.message)]
     if not failed:
         return None
     if announce:
@@ -173,6 +174,10 @@ def _diagnose(catalog: Catalog, module: Module, impl: Path, run: SuiteRun, timeo
 
 def _is_stub(message: str | None) -> bool:
     return "NotImplementedError" in (message or "")
+
+
+def _timed_out(message: str | None) -> bool:
+    return (message or "").startswith("timed out")
 
 
 def _plural(n: int, what: str) -> str:

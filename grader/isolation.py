@@ -37,11 +37,13 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
 import numpy as np
 import rpyc
+from rpyc.core.async_ import AsyncResultTimeout
 from rpyc.core.stream import SocketStream
 
 from grader import learner_server
@@ -61,6 +63,13 @@ MAX_DEPTH = 200
 
 class LearnerGone(RuntimeError):
     """The learner's process ended (it exited, crashed or was killed) while the judge needed it."""
+
+
+class LearnerTimedOut(BaseException):
+    """The code under test did not answer within its test's time. A BaseException, so no case takes
+    it for an answer: the test ends there, and the next starts with a fresh learner's process."""
+
+    says_it_all = True
 
 
 # --- ol's side: lay out the two packages ---------------------------------------------------------
@@ -107,12 +116,29 @@ class _Session:
                                         pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=box.preexec)
         theirs.close()
-        self.conn = rpyc.connect_stream(SocketStream(mine), service=JudgeService, config=RPC_CONFIG)
+        self.conn = rpyc.connect_stream(SocketStream(mine), service=JudgeService, config=dict(RPC_CONFIG))
         _Session.generation += 1
         self.generation = _Session.generation
-        root = self.conn.root
-        self.remote_describe = root.describe
-        self.remote_invoke = root.invoke
+        self._root = None
+
+    def remote_describe(self, name: str):
+        return self._remote().describe(name)
+
+    def remote_invoke(self, payload: bytes):
+        return self._remote().invoke(payload)
+
+    def _remote(self):
+        # The first request waits for the learner's process to start; until then the judge goes on.
+        if self._root is None:
+            self._root = self.conn.root
+        return self._root
+
+    def kill(self) -> None:
+        try:
+            self.process.kill()
+        except OSError:
+            pass
+        self.process.wait()
 
     def gone(self, err: BaseException) -> LearnerGone:
         status = self.process.poll()
@@ -136,11 +162,77 @@ def _session() -> _Session:
     return _SESSION
 
 
+# --- time: each test's deadline, the judge's to keep ------------------------------------------------
+
+TEST_TIMEOUT_ENV = "OL_TEST_TIMEOUT"      # seconds a test may take (ol's run sets it)
+TEST_TIMEOUTS_ENV = "OL_TEST_TIMEOUTS"    # optional JSON {test name: seconds}, overriding it per test
+_DEADLINE: float | None = None           # when the running test's time is up (monotonic seconds)
+_SECONDS: float | None = None            # the running test's time
+_TIMED_OUT: str | None = None            # why the running test ended, once it has timed out
+
+
+def test_timeout(name: str | None = None) -> float | None:
+    """The seconds test ``name`` may take (``None``: no bound set)."""
+    per_test = json.loads(os.environ.get(TEST_TIMEOUTS_ENV) or "{}")
+    if name is not None and isinstance(per_test.get(name), (int, float)):
+        return float(per_test[name])
+    text = os.environ.get(TEST_TIMEOUT_ENV)
+    return float(text) if text else None
+
+
+def start_clock(seconds: float | None) -> None:
+    """A test starts: it may take ``seconds`` (None: no bound) in all, whatever it calls."""
+    global _DEADLINE, _SECONDS, _TIMED_OUT
+    _DEADLINE = None if seconds is None else time.monotonic() + seconds
+    _SECONDS, _TIMED_OUT = seconds, None
+
+
+def _timed_out(session: "_Session", seconds: float) -> LearnerTimedOut:
+    global _TIMED_OUT
+    session.kill()
+    if _TIMED_OUT is None:
+        _TIMED_OUT = (f"timed out after {seconds:g} s: the code under test did not answer "
+                      "(an endless loop, or far slower than the reference?)")
+    return LearnerTimedOut(_TIMED_OUT)
+
+
+def pytest_configure(config) -> None:
+    """Start the learner's process while pytest collects (``-p grader.isolation`` in an isolated check)."""
+    if LEARNER_IMPL_ENV in os.environ:
+        _session()
+
+
+def pytest_unconfigure(config) -> None:
+    """The suite is over: the learner's process ends with it."""
+    if _SESSION is not None:
+        _SESSION.conn.close()
+        try:
+            _SESSION.process.wait(1)
+        except subprocess.TimeoutExpired:
+            _SESSION.kill()
+
+
+def pytest_runtest_setup(item) -> None:
+    start_clock(test_timeout(item.name.removeprefix("test_")))
+
+
 def _reply(call, *args) -> dict:
+    if _TIMED_OUT is not None:
+        raise LearnerTimedOut(_TIMED_OUT)
     session = _session()
+    # Outside a test (importing the learner's modules while pytest collects) each request gets the
+    # default test time of its own.
+    seconds = _SECONDS if _DEADLINE is not None else test_timeout()
+    deadline = _DEADLINE if _DEADLINE is not None else (time.monotonic() + seconds if seconds else None)
+    session.conn._config["sync_request_timeout"] = (None if deadline is None
+                                                    else max(0.0, deadline - time.monotonic()))
     try:
         text = call(session, *args)
+    except AsyncResultTimeout:
+        raise _timed_out(session, seconds) from None
     except (EOFError, OSError) as err:
+        if _TIMED_OUT is not None:
+            raise LearnerTimedOut(_TIMED_OUT) from None
         raise session.gone(err) from None
     except Exception:
         raise
@@ -166,6 +258,23 @@ def invoke(op: str, spec: tuple, args=(), kwargs=None):
     return decode(data.get("ok"))
 
 
+def invoke_each(spec: tuple, calls: list[tuple]) -> list:
+    """Call ``spec`` with each argument tuple of ``calls`` in the learner's process, as a loop would."""
+    calls = [(list(args), {}) for args in calls]
+    data = _reply(lambda s, p: s.remote_invoke(p), _dumps(("map", spec, calls, {})))
+    for item in data.get("after") or []:
+        if type(item) is list and len(item) == 2 and type(item[0]) is int and 0 <= item[0] < len(calls):
+            args = calls[item[0]][0]
+            for key, state in item[1] if type(item[1]) is list else []:
+                _copy_back(args[key] if type(key) is int and 0 <= key < len(args) else None, state)
+    if "raise" in data:
+        raise _exception(data["raise"])
+    results = data.get("ok")
+    if type(results) is not list or len(results) != len(calls):
+        raise LearnerGone("the process running the code under test answered with something other than data")
+    return [decode(r) for r in results]
+
+
 def bind_module(name: str, namespace: dict) -> None:
     """Fill a stand-in module's namespace from the learner's module of the same name."""
     for key, value in _described(name).items():
@@ -181,7 +290,10 @@ _DATACLASSES: dict[tuple[str, str, tuple], type] = {}
 
 def _described(name: str) -> dict:
     if name not in _DESCRIBED:
-        data = _reply(lambda s, n: s.remote_describe(n), name)
+        try:
+            data = _reply(lambda s, n: s.remote_describe(n), name)
+        except LearnerTimedOut as err:
+            raise ImportError(f"importing tinyllm's {name.rsplit('.', 1)[-1]}.py {err}") from None
         if "raise" in data:
             module, qualname, _, message = _strings(data["raise"], 4)
             raise ImportError(f"{qualname}: {message}" if message else qualname)
@@ -250,6 +362,11 @@ class RemoteFunction:
 
     def __call__(self, *args, **kwargs):
         return invoke("call", ("path", *self._ol_path), args, kwargs)
+
+    def ol_each(self, calls: list[tuple]) -> list:
+        """The function called once per argument tuple in ``calls``, in one exchange with the
+        learner's process (what :func:`grader.cases.each` asks for)."""
+        return invoke_each(("path", *self._ol_path), calls)
 
     def __reduce__(self):
         return resolve, self._ol_path
@@ -369,6 +486,9 @@ def _enum_member(module: str, qualname: str, name: str):
     return cls[name]
 
 
+_SCALARS = frozenset((bool, int, float, str, type(None)))
+
+
 def decode(value, depth: int = 0):
     """The learner's JSON made Python data again: only lists, dicts, tuples, numbers, strings,
     numeric arrays, the judge's own objects, mirrors and handles."""
@@ -378,6 +498,8 @@ def decode(value, depth: int = 0):
     if value is None or kind in (bool, int, float, str):
         return value
     if kind is list:
+        if _SCALARS.issuperset(map(type, value)):
+            return list(value)
         return [decode(v, depth + 1) for v in value]
     if kind is not dict or len(value) == 0:
         raise LearnerGone("the code under test sent a malformed value")
@@ -488,7 +610,8 @@ class _Pickler(pickle.Pickler):
             return None
         if type(obj).__name__ == "module":
             raise pickle.PicklingError("a module cannot be handed to the code under test")
-        return ("j", JUDGE_OBJECTS.number(obj))
+        kind = type(obj)
+        return ("j", JUDGE_OBJECTS.number(obj), f"{kind.__module__}.{kind.__qualname__}")
 
 
 def _dumps(value) -> bytes:
@@ -525,8 +648,13 @@ def _getattr(target, args: list) -> tuple:
     if type(value).__name__ == "module" or isinstance(value, type):
         raise AttributeError(f"{args[0]!r} is not for the code under test")
     if callable(value) and not _by_value(value):
-        return ("method",)
+        return ("method", defined_by_class(target, args[0]))
     return ("ok", value)
+
+
+def defined_by_class(target, name: str) -> bool:
+    """Whether ``name`` is a method ``target``'s class defines (not set on the object itself)."""
+    return name not in getattr(target, "__dict__", {}) and callable(getattr(type(target), name, None))
 
 
 def _callback(target, op: str, args: list) -> tuple:

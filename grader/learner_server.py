@@ -54,6 +54,8 @@ RPC_CONFIG = {
     "sync_request_timeout": None,
 }
 NUMERIC_KINDS = "biufc"
+# Values that are their own JSON form: lists of them are sent and snapshot without a call per item.
+_SCALARS = frozenset((int, float, bool, str, type(None)))
 BUILTIN_ERRORS = {name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, Exception)}
 
 
@@ -100,6 +102,8 @@ def encode(value, depth: int = 0):
     if isinstance(value, np.generic) and value.dtype.kind in NUMERIC_KINDS:
         return {"$s": value.dtype.str, "v": value.item() if value.dtype.kind != "c" else [value.real, value.imag]}
     if isinstance(value, list):
+        if _SCALARS.issuperset(map(type, value)):
+            return list(value)
         return [encode(v, depth + 1) for v in value]
     if isinstance(value, tuple) and type(value) is tuple:
         return {"$t": [encode(v, depth + 1) for v in value]}
@@ -135,8 +139,9 @@ def builtin_base(cls: type) -> str:
 class JudgeRef:
     """One of the judge's objects (a fake target, a callback): attributes and calls go to the judge."""
 
-    def __init__(self, ref: int) -> None:
+    def __init__(self, ref: int, kind: str = "") -> None:
         object.__setattr__(self, "_ol_ref", ref)
+        object.__setattr__(self, "_ol_kind", kind)
         object.__setattr__(self, "_ol_methods", {})
 
     def __getattr__(self, name: str):
@@ -144,12 +149,15 @@ class JudgeRef:
             raise AttributeError(name)
         if name in self._ol_methods:
             return self._ol_methods[name]
-        reply = _callback(self._ol_ref, "getattr", [name])
-        if isinstance(reply, _Method):
-            method = _Bound(self._ol_ref, name)
-            self._ol_methods[name] = method
-            return method
-        return reply
+        if name not in _CLASS_METHODS.get(self._ol_kind, ()):
+            reply = _callback(self._ol_ref, "getattr", [name])
+            if not isinstance(reply, _Method):
+                return reply
+            if reply.of_class and self._ol_kind:
+                _CLASS_METHODS.setdefault(self._ol_kind, set()).add(name)
+        method = _Bound(self._ol_ref, name)
+        self._ol_methods[name] = method
+        return method
 
     def __setattr__(self, name: str, value) -> None:
         _callback(self._ol_ref, "setattr", [name, value])
@@ -170,7 +178,16 @@ class _Bound:
 
 
 class _Method:
-    """The judge's answer to getattr when the attribute is a method."""
+    """The judge's answer to getattr when the attribute is a method (``of_class``: defined by the
+    object's class, so a method of every object of that class)."""
+
+    def __init__(self, of_class: bool) -> None:
+        self.of_class = of_class
+
+
+# The judge's classes (by the name the judge gave them) and the methods they define: an object of
+# a class met before needs no lookup for those.
+_CLASS_METHODS: dict[str, set[str]] = {}
 
 
 class _JudgeError(Exception):
@@ -192,7 +209,7 @@ def _callback(ref: int, op: str, args: list):
     if status == "ok":
         return rest[0]
     if status == "method":
-        return _Method()
+        return _Method(bool(rest and rest[0]))
     module, qualname, base, message = rest
     raise _exception_class(module, qualname, base)(message)
 
@@ -230,12 +247,19 @@ def resolve(module: str, qualname: str):
     return obj
 
 
+# One stand-in per judge's object (the judge numbers each object once), so the methods it looked up
+# stay known from one call to the next.
+_JUDGE_REFS: dict[int, JudgeRef] = {}
+
+
 class _Unpickler(pickle.Unpickler):
     def persistent_load(self, pid):
-        kind, ref = pid
+        kind, ref, of_class = pid
         if kind != "j":
             raise pickle.UnpicklingError(f"unknown reference {kind!r}")
-        return JudgeRef(ref)
+        if ref not in _JUDGE_REFS:
+            _JUDGE_REFS[ref] = JudgeRef(ref, of_class)
+        return _JUDGE_REFS[ref]
 
     def find_class(self, module: str, name: str):
         if module in ("grader.learner_server", "__main__"):
@@ -325,15 +349,30 @@ def _mutable(value) -> bool:
             and not dataclasses.is_dataclass(value) and not isinstance(value, enum.Enum) and hasattr(value, "__dict__"))
 
 
+def _flat(items) -> tuple | None:
+    """``items`` with their types when every one is a plain scalar (compared by value, not identity),
+    else None: the common case (lists of ids, counts, fills), snapshot without a call per item."""
+    items = tuple(items)
+    types_ = tuple(map(type, items))
+    return (items, types_) if _SCALARS.issuperset(types_) else None
+
+
 def _snapshot(value, depth: int = 0) -> tuple:
     """``value``'s contents: arrays by their bytes, lists, dicts and ``tinyllm`` objects by their
     items', anything else (immutable) as the object itself, held so its identity stays its own."""
     if isinstance(value, np.ndarray):
         return ("a", value.shape, value.dtype.str, value.tobytes())
+    if type(value) is list:
+        flat = _flat(value)
+        if flat is not None:
+            return ("s", flat)
     if depth <= 4 and isinstance(value, list):
         return ("l", [_snapshot(v, depth + 1) for v in value])
     if depth <= 4 and (isinstance(value, dict) or _mutable(value)):
         items = value if isinstance(value, dict) else vars(value)
+        flat = _flat(items.values())
+        if flat is not None:
+            return ("s", (tuple(items), *flat))
         return ("d", [(k, _snapshot(v, depth + 1)) for k, v in items.items()])
     return ("o", value)
 
@@ -343,7 +382,7 @@ def _unchanged(a: tuple, b: tuple) -> bool:
         return False
     if a[0] == "o":
         return a[1] is b[1]
-    if a[0] == "a":
+    if a[0] in "as":
         return a[1:] == b[1:]
     if len(a[1]) != len(b[1]):
         return False
@@ -377,15 +416,36 @@ class LearnerService(rpyc.Service):
     def exposed_invoke(self, payload: bytes) -> str:
         try:
             op, spec, args, kwargs = _load(bytes(payload))
+            if op == "map":
+                return json.dumps(_map(spec, args))
             before = _before(args, kwargs) if op == "call" else {}
             result = _invoke(op, spec, args, kwargs)
             return json.dumps({"ok": encode(result), "after": _after(args, kwargs, before)})
         except BaseException as err:  # the learner's code raising is an answer like any other
-            if isinstance(err, SystemExit):
-                err = RuntimeError(f"the code under test called sys.exit({err.code!r})")
-            elif not isinstance(err, Exception):
-                err = RuntimeError(f"the code under test raised {type(err).__name__}")
-            return json.dumps({"raise": encode_error(err)["$raise"]})
+            return json.dumps({"raise": _raised(err)})
+
+
+def _raised(err: BaseException) -> list:
+    if isinstance(err, SystemExit):
+        err = RuntimeError(f"the code under test called sys.exit({err.code!r})")
+    elif not isinstance(err, Exception):
+        err = RuntimeError(f"the code under test raised {type(err).__name__}")
+    return encode_error(err)["$raise"]
+
+
+def _map(spec, calls: list) -> dict:
+    """Call ``spec`` once per ``(args, kwargs)`` in order, as a loop would: the results, the changed
+    arguments of each call, and the first exception (which ends the loop)."""
+    results, after = [], []
+    for i, (args, kwargs) in enumerate(calls):
+        before = _before(args, kwargs)
+        try:
+            results.append(encode(_invoke("call", spec, args, kwargs)))
+        except BaseException as err:
+            after.append([i, _after(args, kwargs, before)])
+            return {"raise": _raised(err), "after": after}
+        after.append([i, _after(args, kwargs, before)])
+    return {"ok": results, "after": after}
 
 
 def main() -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from grader.catalog import Module
+from grader.isolation import LEARNER_IMPL_ENV, TEST_TIMEOUT_ENV
 from grader.protocol import FD_ENV, NONCE_ENV
 from grader.sandbox import Sandbox
 
@@ -31,6 +32,9 @@ from grader.sandbox import Sandbox
 STARTUP_ALLOWANCE = 10.0
 # How long a finished session may take to exit (atexit handlers of the code under test).
 EXIT_GRACE = 3.0
+# In an isolated check the judge ends a test that runs out of time itself (grader.isolation) and goes
+# on; the watchdog waits this much longer before it kills the judge.
+JUDGE_GRACE = 2.0
 
 # Test processes running now, so an interrupted ol can stop them all (see stop_all).
 _LIVE: set[subprocess.Popen] = set()
@@ -215,12 +219,16 @@ def _run_once(module: Module, impl: Path, rundir: Path, targets: list[str], keyw
     command = [sys.executable, "-B", "-m", "pytest", *targets, "-p", "grader.recorder",
                "-c", str(rundir / "pytest.ini"), "--rootdir", str(module.suite.parent),
                "-p", "no:cacheprovider", "-p", "no:stepwise", "-q", "--no-header", "-rN"]
+    isolated = LEARNER_IMPL_ENV in extra_env
+    if isolated:
+        command += ["-p", "grader.isolation"]
     if keyword:
         command += ["-k", keyword]
     log_path = rundir / "output.log"
     with open(log_path, "wb") as log:
         try:
-            child = subprocess.Popen(command, cwd=rundir, env={**_child_env(impl, write_fd, nonce), **extra_env},
+            env = {**_child_env(impl, write_fd, nonce), TEST_TIMEOUT_ENV: f"{timeout:g}", **extra_env}
+            child = subprocess.Popen(command, cwd=rundir, env=env,
                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
                                      start_new_session=True,
                                      preexec_fn=sandbox.preexec if sandbox is not None else None)
@@ -228,7 +236,7 @@ def _run_once(module: Module, impl: Path, rundir: Path, targets: list[str], keyw
             os.close(write_fd)
         _LIVE.add(child)
         try:
-            _watch(child, read_fd, nonce, timeout, state, log_path)
+            _watch(child, read_fd, nonce, timeout, state, log_path, JUDGE_GRACE if isolated else 0.0)
         finally:
             os.close(read_fd)
             _kill_group(child)
@@ -239,10 +247,11 @@ def _run_once(module: Module, impl: Path, rundir: Path, targets: list[str], keyw
 
 
 def _watch(child: subprocess.Popen, read_fd: int, nonce: str, timeout: float, state: _RunState,
-           log_path: Path) -> None:
+           log_path: Path, grace: float) -> None:
+    """Feed the child's records into ``state``; kill it when a test runs ``grace`` past its timeout."""
     selector = selectors.DefaultSelector()
     selector.register(read_fd, selectors.EVENT_READ)
-    phase_deadline = time.monotonic() + timeout + STARTUP_ALLOWANCE
+    phase_deadline = time.monotonic() + timeout + grace + STARTUP_ALLOWANCE
     current: str | None = None       # node id of the test running now
     current_start = 0.0
     collected = ended = False
@@ -284,17 +293,17 @@ def _watch(child: subprocess.Popen, read_fd: int, nonce: str, timeout: float, st
             if event == "collected":
                 collected = True
                 state.collected([str(t) for t in record.get("tests", [])])
-                phase_deadline = now + timeout
+                phase_deadline = now + timeout + grace
             elif event == "collect_error":
                 state.collect_errors.append(str(record.get("message") or "the suite could not be collected"))
             elif event == "start":
                 current, current_start = str(record.get("id")), now
-                phase_deadline = now + timeout
+                phase_deadline = now + timeout + grace
             elif event == "result" and record.get("id") == current:
                 status = "pass" if record.get("outcome") == "pass" else "fail"
                 state.item_done(current, _outcome(current, status, record.get("message"), float(record.get("duration") or 0.0)))
                 current = None
-                phase_deadline = now + timeout
+                phase_deadline = now + timeout + grace
             elif event == "internal_error":
                 internal_error = str(record.get("message"))
             elif event == "end":
