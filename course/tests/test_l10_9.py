@@ -11,15 +11,15 @@ import numpy as np
 from scipy.special import chdtri
 
 from conftest import load_fixture
-from grader.cases import Case, call, check, raises
+from grader.cases import Case, call, check, each, raises
 from tinyllm.kvpool import KvPool
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.pcg32 import Pcg32
 from tinyllm.runner import RunnerTarget
-from tinyllm.sampling import SamplingParams, distribution, sample, stream, walk
+from tinyllm.sampling import SamplingParams, sample, stream
 from tinyllm.trees import (DraftTree, ModelDrafter, PromptLookupDrafter, SuffixTreeDrafter, chain_tree, compact,
                            generate_tree, tree_depths, tree_mask, tree_paths, tree_positions, verify_tree)
-from tree_fakes import KvCorrupt, Script, TreeCycleTarget, TreeTableTarget
+from tree_fakes import Script, TreeCycleTarget, TreeTableTarget
 
 GOLDEN = "L10.9/trees_golden.json"
 L10_8_GOLDEN = "L10.8/spec_golden.json"
@@ -191,28 +191,52 @@ def drafted(params, k, seed, branch, ctx, pending):
             [None if q is None else np.asarray(q, dtype=np.float64).tolist() for q in tree.probs]}
 
 
-def expected_draft(params, k, seed, branch, ctx, pending):
-    """Section 2.2's rule, worked with the given model: the chain first, runners-up at the root."""
+def softmax_at(row, temperature: float) -> np.ndarray:
+    x = np.asarray(row, dtype=np.float64) / temperature
+    z = np.exp(x - x.max())
+    return z / z.sum()
+
+
+def expected_draft(temperature, k, seed, branch, ctx, pending):
+    """Section 2.2's rule, worked with the given model and a softmax of its own: the chain first,
+    the runners-up of the first row as leaves of the root."""
     model = draft_model()
     runner = RunnerTarget(model, model.new_pool(64, 16))
     rng = Pcg32(seed, 55)
     row = runner.extend(list(ctx) + [pending])[-1]
-    greedy = params.temperature == 0.0
     siblings = min(branch - 1, k - 1)
     chain, qs, first = [], [], row
     for i in range(k - siblings):
-        q = distribution(row, params, [], [])
-        token = int(np.argmax(q)) if greedy else walk(q, rng.next_f64())
-        chain.append(token)
-        qs.append(q.tolist())
+        if temperature == 0.0:
+            chain.append(int(np.argmax(row)))
+        else:
+            q = softmax_at(row, temperature)
+            chain.append(int(np.searchsorted(np.cumsum(q), rng.next_f64(), side="right")))
+            qs.append(q.tolist())
         if i + 1 < k - siblings:
-            row = runner.extend([token])[-1]
-    score = first.astype(np.float64) if greedy else distribution(first, params, [], [])
+            row = runner.extend([chain[-1]])[-1]
+    score = first.astype(np.float64) if temperature == 0.0 else softmax_at(first, temperature)
     extra = [int(t) for t in np.lexsort((np.arange(12), -score)) if t != chain[0]][:siblings]
     m = len(extra)
     parents = [-1, 0] + [0] * m + ([1] if len(chain) > 1 else []) + list(range(m + 2, m + len(chain)))
-    probs = None if greedy else [None, qs[0]] + [None] * m + qs[1:]
+    probs = None if temperature == 0.0 else [None, qs[0]] + [None] * m + qs[1:]
     return {"tokens": [pending, chain[0]] + extra + chain[1:], "parents": parents, "probs": probs}
+
+
+def judge_draft(got, want) -> str | None:
+    """Tokens and parents exactly; each q within 1e-6 (the draft llama's rows may differ in their last
+    bits from the judge's, as when your code runs in a process of its own)."""
+    if not isinstance(got, dict) or "tokens" not in got:
+        return "not a draft tree"
+    for key in ("tokens", "parents"):
+        if got[key] != want[key]:
+            return f"the {key} differ from the rule's"
+    if (got["probs"] is None) != (want["probs"] is None):
+        return "probs must be None exactly when every node is deterministic (temperature 0)"
+    for i, (a, b) in enumerate(zip(got["probs"] or [], want["probs"] or [])):
+        if (a is None) != (b is None) or (a is not None and not np.allclose(a, b, rtol=0, atol=1e-6)):
+            return f"probs[{i}] is not the q node {i}'s token was drawn from"
+    return None
 
 
 def cases_model_drafter_returns_its_q():
@@ -221,16 +245,15 @@ def cases_model_drafter_returns_its_q():
             "probs None), and returns each q; branch - 1 runners-up of the first row join the root as leaves")
     ctx, pending = [1, 4, 1, 5, 9, 2, 6], 5
     cases = []
-    for label, params, k, seed, branch in [("temperature 0.8", SamplingParams(temperature=0.8), 4, 5, 1),
-                                           ("temperature 1.3, top-k 4", SamplingParams(temperature=1.3, top_k=4), 3, 9, 1),
-                                           ("greedy: the argmax chain, no q", GREEDY, 4, 0, 1),
-                                           ("branch 3 at temperature 1", SamplingParams(temperature=1.0), 5, 2, 3),
-                                           ("greedy branch 2", GREEDY, 3, 0, 2),
-                                           ("k 1 leaves no room for a runner-up", SamplingParams(temperature=1.0), 1, 4, 3)]:
+    for label, temperature, k, seed, branch in [("temperature 0.8", 0.8, 4, 5, 1), ("temperature 1.3", 1.3, 3, 9, 1),
+                                                ("greedy: the argmax chain, no q", 0.0, 4, 0, 1),
+                                                ("branch 3 at temperature 1", 1.0, 5, 2, 3), ("greedy branch 2", 0.0, 3, 0, 2),
+                                                ("k 1 leaves no room for a runner-up", 1.0, 1, 4, 3)]:
+        params = SamplingParams(temperature=temperature)
         text = (f"ModelDrafter(draft_model(), {params_text(params)}, {k}, {seed}, {branch})"
                 f".propose({ctx}, {pending}, {k})")
         cases.append(Case(label, text, lambda a=(params, k, seed, branch, ctx, pending): drafted(*a),
-                          expected_draft(params, k, seed, branch, ctx, pending), rule))
+                          expected_draft(temperature, k, seed, branch, ctx, pending), rule, judge=judge_draft))
     return cases
 
 
@@ -380,14 +403,17 @@ def sibling_counts(kind: str) -> list[int]:
     q = np.array(STAT_Q)
     prm = SamplingParams(temperature=1.0)
     draws = np.random.default_rng(2025).random((STAT_SEEDS, 3))
+    trees: dict[tuple, DraftTree] = {}   # one DraftTree per distinct fan, built once
+    calls = []
+    for seed, s in enumerate(each(stream, [(seed,) for seed in range(STAT_SEEDS)])):
+        # one-hot: the two likeliest ids, chosen deterministically; iid: three children drawn
+        # independently from q, duplicates allowed
+        kids = (0, 1) if kind == "one-hot" else tuple(np.searchsorted(np.cumsum(q), draws[seed], side="right").tolist())
+        if kids not in trees:
+            trees[kids] = DraftTree([0, *kids], [-1] + [0] * len(kids), None if kind == "one-hot" else [None] + [q] * len(kids))
+        calls.append(([row] + [leaf] * len(kids), trees[kids], prm, [], [], s))
     counts = [0] * 6
-    for seed in range(STAT_SEEDS):
-        if kind == "one-hot":   # the two likeliest ids, chosen deterministically
-            tree = DraftTree([0, 0, 1], [-1, 0, 0])
-        else:                   # three children drawn independently from q, duplicates allowed
-            kids = np.searchsorted(np.cumsum(q), draws[seed], side="right").tolist()
-            tree = DraftTree([0] + kids, [-1, 0, 0, 0], [None, q, q, q])
-        v = verify_tree([row] + [leaf] * (len(tree.tokens) - 1), tree, prm, [], [], stream(seed))
+    for v in each(verify_tree, calls):
         counts[int(v.tokens[0])] += 1
     return counts
 
@@ -400,12 +426,14 @@ def model_drafter_counts() -> list[int]:
     under the root, verified against the table target's rows (its next generator draw each round)."""
     drafter = ModelDrafter(draft_model(6), SamplingParams(temperature=1.0), 2, 0, 2)
     target = TreeTableTarget(6, 17, order=1, scale=1.0)
-    counts = [0] * 6
-    for seed in range(MODEL_SEEDS):
+    calls = []
+    for s in each(stream, [(seed,) for seed in range(MODEL_SEEDS)]):
         tree = drafter.propose(STAT_PROMPT[:-1], STAT_PROMPT[-1], 2)
         rows = [target.logits_at(STAT_PROMPT + [tree.tokens[i] for i in path[1:]])
                 for path in ([0], [0, 1], [0, 2])[:len(tree.tokens)]]
-        v = verify_tree(rows, tree, SamplingParams(temperature=1.0), [], [], stream(seed))
+        calls.append((rows, tree, SamplingParams(temperature=1.0), [], [], s))
+    counts = [0] * 6
+    for v in each(verify_tree, calls):
         counts[int(v.tokens[0])] += 1
     return counts
 
