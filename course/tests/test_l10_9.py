@@ -763,8 +763,8 @@ def test_generate_tree_streams_and_stops_when_told():
 # --- The real model ---------------------------------------------------------------------------------
 
 def tiny_llama_tree():
-    """A tree fed to the tiny llama after a cached prompt: each row against a fresh chain run, then
-    keep_path through your compact, then the next token against a fresh run of the kept text."""
+    """A tree fed to the tiny llama after a cached prompt: each row bitwise against a fresh chain run,
+    then keep_path through your compact, then the next token against a fresh run of the kept text."""
     model = TinyLlama.random(LlamaConfig(), 0)
     pool = model.new_pool(64, 4)
     prompt = np.random.default_rng(5).integers(0, 256, size=7).tolist()
@@ -781,14 +781,14 @@ def tiny_llama_tree():
     start = target.cached()
     rows = target.extend_tree(tokens, tree_positions(start, parents), tree_mask(parents))
     paths = {j: [i for i in range(j + 1) if tree_mask(parents)[j][i]] for j in range(len(tokens))}
-    close = [float(np.max(np.abs(rows[j] - fresh_last_row(prompt[:-1] + [tokens[i] for i in paths[j]]))))
-             for j in range(len(tokens))]
+    same = [bool(np.array_equal(rows[j], fresh_last_row(prompt[:-1] + [tokens[i] for i in paths[j]])))
+            for j in range(len(tokens))]
     target.keep_path(start, [0, 2, 5])
     kept = prompt + [41, 60]
     cached = target.cached()
     after = target.extend([7])[0]
-    seen = {"rows match fresh chain runs": [c < 1e-4 for c in close], "cached": cached,
-            "next row after keep_path matches a fresh run": bool(np.max(np.abs(after - fresh_last_row(kept + [7]))) < 1e-4)}
+    seen = {"rows equal fresh chain runs": same, "cached": cached,
+            "next row after keep_path equals a fresh run": bool(np.array_equal(after, fresh_last_row(kept + [7])))}
     target.release()
     seen["blocks back in the pool"] = pool.num_free() == 64
     return seen
@@ -817,8 +817,8 @@ def cases_runner_target_scores_a_tree():
     return [
         Case("a tree after a cached prompt, then keep_path", "tiny_llama_tree()   # helper of "
              "course/tests/test_l10_9.py (ol shell has it)", tiny_llama_tree,
-             {"rows match fresh chain runs": [True] * 6, "cached": 9,
-              "next row after keep_path matches a fresh run": True, "blocks back in the pool": True}, rule),
+             {"rows equal fresh chain runs": [True] * 6, "cached": 9,
+              "next row after keep_path equals a fresh run": True, "blocks back in the pool": True}, rule),
         Case("greedy trees on the tiny llama", "tiny_llama_tree_generation()   # helper of course/tests/test_l10_9.py",
              tiny_llama_tree_generation, {"same tokens as plain greedy": True, "cached": 21, "drafted": True,
                                           "blocks back in the pool": True}, rule),
