@@ -16,14 +16,14 @@ from tinyllm.kvpool import KvPool
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.pcg32 import Pcg32
 from tinyllm.runner import RunnerTarget
-from tinyllm.sampling import SamplingParams, sample, stream
+from tinyllm.sampling import SamplingParams, stream
 from tinyllm.trees import (DraftTree, ModelDrafter, PromptLookupDrafter, SuffixTreeDrafter, chain_tree, compact,
                            generate_tree, tree_depths, tree_mask, tree_paths, tree_positions, verify_tree)
+from test_l10_8 import GREEDY, f32_row, f64_row, params_text, plain_greedy, rows_text
 from tree_fakes import Script, TreeCycleTarget, TreeTableTarget
 
 GOLDEN = "L10.9/trees_golden.json"
 L10_8_GOLDEN = "L10.8/spec_golden.json"
-GREEDY = SamplingParams()
 _golden: dict[str, dict] = {}
 
 
@@ -35,23 +35,6 @@ def golden(section: str, fixture: str = GOLDEN) -> list[dict]:
         raise AssertionError(f"fixtures/{fixture} has no {section!r} cases; regenerate it with its oracle "
                              "(course/modules/L10.9.toml names it)")
     return _golden[fixture][section]
-
-
-def f32_row(hexed: str) -> np.ndarray:
-    return np.frombuffer(bytes.fromhex(hexed), dtype="<f4").copy()
-
-
-def f64_row(hexed: str) -> np.ndarray:
-    return np.frombuffer(bytes.fromhex(hexed), dtype="<f8").copy()
-
-
-def params_text(prm: SamplingParams) -> str:
-    changed = [f"{k}={v!r}" for k, v in vars(prm).items() if v != getattr(GREEDY, k)]
-    return f"SamplingParams({', '.join(changed)})"
-
-
-def rows_text(rows) -> str:
-    return "[" + ", ".join(f"np.array({np.asarray(r).tolist()!r}, dtype=np.float32)" for r in rows) + "]"
 
 
 def tree_text(tree: DraftTree) -> str:
@@ -151,7 +134,7 @@ def suffix_case(label, ctx, pending, k, width, want, max_ngram=3, min_ngram=1) -
 def cases_hand_example_suffix_tree():
     ctx = [1, 2, 3, 9, 1, 2, 3, 8, 1, 2, 3, 9, 5, 1, 2]
     return [
-        # Section 3: [1 2 3] never ends the text; [1 2] occurred at 13 - 2 = ..., latest first: 8, 4, 0.
+        # Section 3: the suffix [1 2 3] occurred at 8, 4 and 0 (latest first); 9 is passed twice.
         suffix_case("section 3", ctx, 3, 8, 4,
                     {"tokens": [3, 9, 8, 5, 1, 1, 1, 2, 2], "parents": [-1, 0, 0, 1, 1, 2, 3, 4, 5]}),
         suffix_case("section 3 with k = 3", ctx, 3, 3, 4, {"tokens": [3, 9, 8, 5], "parents": [-1, 0, 0, 1]}),
@@ -610,18 +593,6 @@ LOOP_RULE = ("card 2.5: feed the prompt but its last token, then one tree of at 
              "nodes per round; keep_path(start, path[:emitted]) after handing the tokens over")
 CYCLE = [1, 2, 3, 4, 5, 0, 0, 0]
 CYCLE_PROMPT = [0, 1, 2, 3, 4, 5, 0, 1]
-
-
-def plain_greedy(target, prompt, params, max_new):
-    """Greedy decoding with one target pass per token, no speculation."""
-    out: list[int] = []
-    rows = target.extend(prompt)
-    while len(out) < max_new:
-        token, _ = sample(rows[-1], params, prompt, out, stream(0))
-        out.append(token)
-        if len(out) < max_new:
-            rows = target.extend([token])
-    return out
 
 
 DRAFTERS = {
