@@ -26,6 +26,9 @@ functions; a changed class is updated in place (its instances get the new method
 leaves the last good version in the module, and every call of your functions says why it cannot run
 until you fix it.
 
+Chapters 6 and 7 (module L10.9) call ``use(module="L10.9")``: everything above then holds for your
+``tinyllm/trees.py`` (``ol start L10.9``), with L10.8's ``spec.py`` taken from the reference.
+
 Pictures before code: inside :func:`panel`, a function of yours that raises
 ``NotImplementedError`` (a stub) is replaced, call by call, by the reference's, and the panel says
 so; a function you have written draws with yours, and when yours and the reference's give
@@ -89,6 +92,54 @@ COMPARED = frozenset({"SpecConfig.parse", "prompt_lookup", "ngram_draft", "propo
 COMPARE_CALLS = 30
 
 PASS, FAIL, ERROR, NOT_RUN = "pass", "fail", "error", "not run"
+
+
+@dataclass(frozen=True)
+class ChapterModule:
+    """What a chapter's module changes in the above: chapters 1 to 5 run L10.8's ``spec.py``,
+    chapters 6 and 7 run L10.9's ``trees.py`` (``course.use(module="L10.9")``)."""
+
+    id: str
+    learner_file: str
+    package_modules: tuple[str, ...]
+    card_sections: dict
+    compared: frozenset
+    from_reference: str  # the banner's "... come from the reference"
+
+
+MODULES = {
+    "L10.8": ChapterModule("L10.8", "spec.py", PACKAGE_MODULES, CARD_SECTIONS, COMPARED,
+                           "the sampler, pool, model and runner come from the reference"),
+    "L10.9": ChapterModule(
+        "L10.9", "trees.py", PACKAGE_MODULES + ("trees",),
+        {"tree_depths": "2.1", "tree_mask": "2.1", "tree_positions": "2.1", "tree_paths": "2.1",
+         "chain_tree": "2.2", "PromptLookupDrafter.propose": "2.2", "trie_tree": "2.2",
+         "SuffixTreeDrafter.propose": "2.2", "ModelDrafter._draw": "2.2", "ModelDrafter.propose": "2.2",
+         "draft_q": "2.3", "verify_tree": "2.3", "compact": "2.4", "generate_tree": "2.5"},
+        # Deterministic given copies of their inputs (verify_tree gets a copy of the generator).
+        frozenset({"tree_depths", "tree_mask", "tree_positions", "tree_paths", "chain_tree",
+                   "PromptLookupDrafter.propose", "trie_tree", "SuffixTreeDrafter.propose", "draft_q",
+                   "verify_tree"}),
+        "L10.8's spec.py (as with ol check --ref-deps), the sampler, pool, model and runner come from "
+        "the reference"),
+}
+
+
+def select_module(module_id: str) -> ChapterModule:
+    """Make ``module_id``'s learner file the one this notebook runs, watches and checks."""
+    global MODULE, STUB, LEARNER_FILES, LEARNER_MODULE, CARD_SECTIONS, COMPARED
+    if module_id not in MODULES:
+        raise ValueError(f"no chapters for module {module_id!r}; expected one of {', '.join(MODULES)}")
+    chosen = MODULES[module_id]
+    MODULE, LEARNER_FILES = chosen.id, (chosen.learner_file,)
+    STUB = ROOT / "course" / "stubs" / MODULE / chosen.learner_file
+    LEARNER_MODULE = "tinyllm." + chosen.learner_file.removesuffix(".py")
+    CARD_SECTIONS, COMPARED = chosen.card_sections, chosen.compared
+    return chosen
+
+
+def _learner_stem() -> str:
+    return LEARNER_FILES[0].removesuffix(".py")
 
 
 @dataclass
@@ -224,10 +275,10 @@ def _import_package(base: Path, after_spec: Callable[[object], None] | None = No
     _on_path.append(str(base))
     importlib.invalidate_caches()
     modules = {}
-    for name in PACKAGE_MODULES:
+    for name in MODULES[MODULE].package_modules:
         if (base / "tinyllm" / f"{name}.py").is_file():
             modules[name] = importlib.import_module(f"tinyllm.{name}")
-            if name == "spec" and after_spec is not None:
+            if name == _learner_stem() and after_spec is not None:
                 after_spec(modules[name])
     return SimpleNamespace(**modules)
 
@@ -242,7 +293,7 @@ def _error_line(err: BaseException) -> int | None:
         return err.lineno
     tb, line = err.__traceback__, None
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename.endswith("spec.py"):
+        if tb.tb_frame.f_code.co_filename.endswith(LEARNER_FILES[0]):
             line = tb.tb_lineno
         tb = tb.tb_next
     return line
@@ -316,7 +367,7 @@ class _Session:
     def __init__(self, running: Running, watched: Path) -> None:
         self.running = running
         self.watched = watched  # your spec.py in the workspace
-        self.copy = running.package_dir / "tinyllm" / "spec.py"  # the copy the module runs
+        self.copy = running.package_dir / "tinyllm" / LEARNER_FILES[0]  # the copy the module runs
         self.names = stub_functions()
         self.module = None
         self.text = ""
@@ -344,11 +395,12 @@ class _Session:
     def _load_reference(self) -> None:
         """The reference's spec.py executed on its own, its globals pointing at your types and
         functions, so a reference function run in place of a stub works on your values."""
-        module = types.ModuleType("tinyllm._reference_spec")
-        module.__package__, module.__file__ = "tinyllm", str(REFERENCE / "spec.py")
+        source = REFERENCE / LEARNER_FILES[0]
+        module = types.ModuleType(f"tinyllm._reference_{_learner_stem()}")
+        module.__package__, module.__file__ = "tinyllm", str(source)
         sys.modules[module.__name__] = module  # dataclasses look their module up by name
         scope = module.__dict__
-        exec(compile((REFERENCE / "spec.py").read_text(), str(REFERENCE / "spec.py"), "exec"), scope)
+        exec(compile(source.read_text(), str(source), "exec"), scope)
         self.reference_globals = scope
         for name in self.names:
             owner, _, attr = name.rpartition(".")
@@ -621,15 +673,18 @@ def _watch_cells(on: bool) -> None:
         shell.events.register("pre_run_cell", _pre_run_cell)
 
 
-def use(reference: bool = False, workspace: str | os.PathLike | None = None) -> SimpleNamespace:
+def use(reference: bool = False, workspace: str | os.PathLike | None = None,
+        module: str = "L10.8") -> SimpleNamespace:
     """Import ``tinyllm`` for this notebook and show a banner naming the code that runs.
 
     ``reference=True`` runs the reference solution even when your module is started. Your saved
     edits to ``spec.py`` are picked up before every cell runs; rerunning this cell starts afresh.
     Returns a namespace with the package's modules (``spec``, ``sampling``, ``kvpool``, ...) and
-    ``running``, a :class:`Running`.
+    ``running``, a :class:`Running`. ``module="L10.9"`` runs your ``trees.py`` instead (chapters 6
+    and 7), everything else from the reference.
     """
     global _current, _session
+    select_module(module)
     _session = None
     search = ([(Path(workspace).expanduser().resolve(), "use(workspace=...)")] if workspace is not None
               else workspace_search())
@@ -638,7 +693,7 @@ def use(reference: bool = False, workspace: str | os.PathLike | None = None) -> 
         why = "you chose it in the first cell (REFERENCE = True)"
     elif found is None:
         looked = ", ".join(str(p) for p, _ in search)
-        why = (f"no started module found (looked for tinyllm/spec.py in {looked}); "
+        why = (f"no started module found (looked for tinyllm/{LEARNER_FILES[0]} in {looked}); "
                f"start one with <code>ol start {MODULE} --workspace work</code>, then open the chapters "
                f"with <code>ol lab --workspace work</code> (or rerun this cell)")
     else:
@@ -646,7 +701,7 @@ def use(reference: bool = False, workspace: str | os.PathLike | None = None) -> 
     running, modules, watched = None, None, None
     if found is not None:
         folder, how = found
-        watched = folder / "tinyllm" / "spec.py"
+        watched = folder / "tinyllm" / LEARNER_FILES[0]
         base = _assemble(folder / "tinyllm")
         running = Running("learner", "", base, watched, folder, how)
         session = _Session(running, watched)
@@ -666,8 +721,8 @@ def use(reference: bool = False, workspace: str | os.PathLike | None = None) -> 
         if watched is not None:  # watch the broken file: once it imports, it runs
             running.workspace, running.found_by = found
             _session = _Session(running, watched)
-            _session.module = modules.spec
-            _session.text = (REFERENCE / "spec.py").read_text()
+            _session.module = getattr(modules, _learner_stem())
+            _session.text = (REFERENCE / LEARNER_FILES[0]).read_text()
             with contextlib.suppress(OSError):
                 _session.stamp = (watched.stat().st_mtime_ns, watched.stat().st_size)
             _session._load_reference()
@@ -741,7 +796,7 @@ def banner_html(running: Running) -> str:
         found = f" (found: {html.escape(running.found_by)})" if running.found_by else ""
         return (f'<div class="course-banner course-learner" style="{_BOX}border-color:#2e7d32">'
                 f"Running <b>your code</b>: <code>{html.escape(str(running.learner_file))}</code>{found}; "
-                "the sampler, pool, model and runner come from the reference. Save your edits and rerun "
+                f"{MODULES[MODULE].from_reference}. Save your edits and rerun "
                 "any cell: it uses the saved file. To run the reference instead, set "
                 "<code>REFERENCE = True</code> in this cell and rerun it; for another workspace, "
                 "<code>ol lab --workspace DIR</code>.</div>")
@@ -962,7 +1017,7 @@ def check(*tests: str, runner: Runner = _run) -> CheckReport:
         (workspace / "tinyllm").mkdir()
         for name in LEARNER_FILES:
             shutil.copyfile(REFERENCE / name, workspace / "tinyllm" / name)
-        checked = "a scratch workspace holding the reference spec.py"
+        checked = f"a scratch workspace holding the reference {LEARNER_FILES[0]}"
     result_file = _mkdtemp("tinyllm-result-") / "result.json"
     command = [sys.executable, "-m", "grader", "check", MODULE, "--ref-deps", "--workspace",
                str(workspace), "--json", str(result_file), "-k", " or ".join(tests)]
