@@ -43,6 +43,7 @@ from speculation import BLOCK_TOKENS, REPETITIVE, WEIGHTS, WORKLOADS  # noqa: E4
 from tinyllm.model import TinyLlama  # noqa: E402
 from tinyllm.runner import RunnerTarget  # noqa: E402
 from tinyllm.sampling import SamplingParams  # noqa: E402
+from tinyllm.spec import prompt_lookup  # noqa: E402
 from tinyllm.trees import (DraftTree, ModelDrafter, PromptLookupDrafter, SuffixTreeDrafter,  # noqa: E402
                            generate_tree, tree_mask, tree_positions)
 
@@ -61,16 +62,24 @@ class NoDraft:
 
 
 class TimedTarget(RunnerTarget):
-    """A RunnerTarget that adds up the seconds its tree passes take."""
+    """A RunnerTarget that adds up the seconds its tree passes take and counts the rounds that
+    ended on a rejected draft token (fewer nodes kept than the chain fed)."""
 
     seconds = 0.0
+    rejections = 0
+    _fed = 0
 
     def extend_tree(self, ids, positions, mask):
         began = time.perf_counter()
+        self._fed = len(ids)
         try:
             return super().extend_tree(ids, positions, mask)
         finally:
             self.seconds += time.perf_counter() - began
+
+    def keep_path(self, start, path):
+        self.rejections += len(path) < self._fed
+        super().keep_path(start, path)
 
 
 class TimedDrafter:
@@ -97,6 +106,7 @@ class Run:
     seconds: float
     pass_seconds: float
     draft_seconds: float
+    rejections: int
 
 
 def run_once(model: TinyLlama, drafter, prompt: list[int], temperature: float, seed: int, max_new: int) -> Run:
@@ -107,7 +117,8 @@ def run_once(model: TinyLlama, drafter, prompt: list[int], temperature: float, s
     seconds = time.perf_counter() - began
     s = out.stats
     rounds = s.target_calls - (len(prompt) > 1)  # the prompt's own pass verifies nothing
-    return Run(out.tokens, s.drafted, s.accepted, rounds, seconds, target.seconds, timed.seconds)
+    return Run(out.tokens, s.drafted, s.accepted, rounds, seconds, target.seconds, timed.seconds,
+               target.rejections)
 
 
 def drafter_for(name: str, k: int, draft_model: TinyLlama | None, temperature: float, seed: int):
@@ -128,13 +139,16 @@ def check_greedy(name: str, workload: str, p: int, k: int, run: Run, plain: Run)
 
 
 def trees_vs_chains(model: TinyLlama, draft_model: TinyLlama, ks: list[int], prompts_per: int,
-                    max_new: int) -> list[dict]:
-    """Tokens per pass of chain and tree (and the greedy draft model) at each k, temperature 0."""
-    rows = []
+                    max_new: int) -> tuple[list[dict], dict]:
+    """Tokens per pass of chain and tree (and the greedy draft model) at each k, temperature 0;
+    and the greedy text (prompt and output) of every repetitive prompt."""
+    rows, texts = [], {}
     for name in REPETITIVE + ("prose",):
         for p, text in enumerate(WORKLOADS[name][:prompts_per]):
             prompt = list(text.encode())
             plain = run_once(model, NoDraft(), prompt, 0.0, 0, max_new)
+            if name in REPETITIVE:
+                texts[(name, p)] = (prompt, plain.tokens)
             for k in ks:
                 for draft in ("chain", "tree", "model"):
                     run = run_once(model, drafter_for(draft, k, draft_model, 0.0, 0), prompt, 0.0, 0, max_new)
@@ -143,7 +157,31 @@ def trees_vs_chains(model: TinyLlama, draft_model: TinyLlama, ks: list[int], pro
                                  "tokens": len(run.tokens), "rounds": run.rounds,
                                  "fed": run.drafted + run.rounds, "drafted": run.drafted,
                                  "accepted": run.accepted})
-    return rows
+    return rows, texts
+
+
+def chain_misses(texts: dict, k: int) -> dict:
+    """Why a tree from the context cannot do much better: replay the greedy text with a prompt
+    lookup chain of ``k`` and, for every round that ends on a rejected draft token, ask whether the
+    byte greedy wanted there ever followed an earlier occurrence of the last 3, 2 or 1 bytes
+    (a tree of several occurrences could have held it) or never did (no tree from the text can)."""
+    out = {"rounds": 0, "missed": 0, "after 2-3 bytes": 0, "after the last byte only": 0, "never": 0}
+    for prompt, tokens in texts.values():
+        text, t = prompt + tokens, len(prompt)
+        while t < len(text):
+            draft = prompt_lookup(text[:t], min(k, len(text) - t - 1), 3, 1)
+            kept = 0
+            while kept < len(draft) and draft[kept] == text[t + kept]:
+                kept += 1
+            out["rounds"] += 1
+            if kept < len(draft):
+                out["missed"] += 1
+                ctx, want = text[:t + kept], text[t + kept]
+                n = next((n for n in (3, 2, 1) if any(ctx[i:i + n] == ctx[-n:] and ctx[i + n] == want
+                                                       for i in range(len(ctx) - n))), 0)
+                out["never" if n == 0 else "after the last byte only" if n == 1 else "after 2-3 bytes"] += 1
+            t += kept + 1
+    return out
 
 
 def per_pass(rows: list[dict], draft: str, k: int, workloads) -> dict:
@@ -155,7 +193,7 @@ def per_pass(rows: list[dict], draft: str, k: int, workloads) -> dict:
 
 
 def print_tree_table(rows: list[dict], ks: list[int]) -> None:
-    print("Temperature 0, tokens per verifying pass (fed nodes per pass, acceptance):")
+    print("Temperature 0, tokens per verifying pass (fed nodes per pass, accepted / drafted nodes):")
     head = f"{'workload':8} {'k':>2}  {'chain (prompt lookup)':>22}  {'tree (suffix trie)':>22}  " \
            f"{'tree/chain':>10}  {'draft model chain':>22}"
     print(head)
@@ -199,8 +237,11 @@ def draft_speedups(model: TinyLlama, draft_model: TinyLlama, k_models: list[int]
     out = []
     for draft, k in configs:
         runs = last[(draft, k)]
-        drafted = sum(r.drafted for r in runs)
-        a = sum(r.accepted for r in runs) / drafted if drafted else 0.0
+        drafted, accepted = sum(r.drafted for r in runs), sum(r.accepted for r in runs)
+        # a chain token is reached only when those before it were accepted: the formula's a is
+        # accepted over accepted plus rejected tokens, not over every drafted one
+        tried = accepted + sum(r.rejections for r in runs)
+        a = accepted / tried if tried else 0.0
         row = {"draft": draft, "k": k, "speedup": base / sum(medians[(draft, k)]), "accept": a,
                "tokens_per_pass": sum(len(r.tokens) for r in runs) / sum(r.rounds for r in runs),
                "pass_ms": 1e3 * sum(r.pass_seconds for r in runs) / sum(r.rounds for r in runs),
@@ -215,7 +256,7 @@ def draft_speedups(model: TinyLlama, draft_model: TinyLlama, k_models: list[int]
 
 def print_draft_table(result: dict) -> None:
     print(f"\nProse at T = {SAMPLED}: wall-clock speed-up over no speculation (medians of interleaved repeats)")
-    head = f"{'draft':14} {'k':>2} {'accept':>6} {'tok/pass':>8} {'pass ms':>7} {'draft ms/tok':>12} " \
+    head = f"{'draft':14} {'k':>2} {'a':>6} {'tok/pass':>8} {'pass ms':>7} {'draft ms/tok':>12} " \
            f"{'c':>5} {'formula':>7} {'speed-up':>8}"
     print(head)
     print("-" * len(head))
@@ -224,8 +265,9 @@ def print_draft_table(result: dict) -> None:
         c, f = (f"{r['cost_ratio']:5.3f}", f"{r['formula']:6.2f}x") if "formula" in r else ("", "")
         print(f"{label:14} {r['k']:>2} {r['accept']:6.2f} {r['tokens_per_pass']:8.2f} {r['pass_ms']:7.3f} "
               f"{r['draft_ms_per_token']:12.3f} {c:>5} {f:>7} {r['speedup']:7.2f}x")
-    print("c: the draft's seconds per proposed token over one plain pass of the target; formula: "
-          "(1 - a^(k+1)) / ((1 - a)(k c + 1))")
+    print("a: accepted draft tokens over accepted plus rejected ones (a token after a rejection is "
+          "never tried); c: the draft's seconds per proposed token over one pass of the target "
+          "without speculation; formula: (1 - a^(k+1)) / ((1 - a)(k c + 1))")
 
 
 WIDE = [-1, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]  # four branches of four below the root
@@ -276,8 +318,13 @@ def main() -> None:
         ks, prompts_per, max_new, seeds, repeats, k_models = [7, 15], 1, 64, 3, 3, [2, 3]
     else:
         ks, prompts_per, max_new, seeds, repeats, k_models = [3, 7, 11, 15], 2, 96, 5, 5, [1, 2, 3, 4, 6]
-    rows = trees_vs_chains(model, draft_model, ks, prompts_per, max_new)
+    rows, texts = trees_vs_chains(model, draft_model, ks, prompts_per, max_new)
     print_tree_table(rows, ks)
+    misses = chain_misses(texts, FED - 1)
+    print(f"prompt lookup chain, k={FED - 1}, replayed on the greedy text: {misses['missed']} of {misses['rounds']} "
+          f"rounds end on a rejected token; the wanted byte followed an earlier occurrence of the last 2-3 "
+          f"bytes in {misses['after 2-3 bytes']}, of the last byte only in {misses['after the last byte only']}, "
+          f"never in {misses['never']}")
     chain = per_pass(rows, "chain", FED - 1, REPETITIVE)
     tree = per_pass(rows, "tree", FED - 1, REPETITIVE)
     drafts = draft_speedups(model, draft_model, k_models, K_LOOKUP, seeds, repeats, max_new)
@@ -290,7 +337,8 @@ def main() -> None:
     drafts["pass_costs"] = costs
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"quick": args.quick, "ks": ks, "max_new": max_new, "seeds": seeds, "repeats": repeats,
-              "seconds": time.perf_counter() - began, "trees": rows, "draft_model": drafts}
+              "seconds": time.perf_counter() - began, "trees": rows, "chain_misses": misses,
+              "draft_model": drafts}
     (args.out / "trees.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out / 'trees.json'} ({report['seconds']:.0f} s)")
     model_row = next(r for r in drafts["rows"] if r["draft"] == "model" and r["k"] == K_MODEL)
