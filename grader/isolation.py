@@ -292,8 +292,9 @@ def _described(name: str) -> dict:
     if name not in _DESCRIBED:
         try:
             data = _reply(lambda s, n: s.remote_describe(n), name)
-        except LearnerTimedOut as err:
-            raise ImportError(f"importing tinyllm's {name.rsplit('.', 1)[-1]}.py {err}") from None
+        except LearnerTimedOut:
+            raise ImportError(f"importing tinyllm/{name.rsplit('.', 1)[-1]}.py took longer than {test_timeout():g} s; "
+                              "is there a loop at import time?") from None
         if "raise" in data:
             module, qualname, _, message = _strings(data["raise"], 4)
             raise ImportError(f"{qualname}: {message}" if message else qualname)

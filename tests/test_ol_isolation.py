@@ -1,0 +1,42 @@
+"""Isolated checks keep each test's time in the judge: a hang ends its own tests and nothing else."""
+
+import json
+
+from ol_helpers import ol, put_reference
+
+LOOP = "\n\ndef prompt_lookup(*args, **kwargs):\n    while True:\n        pass\n"
+SELECTED = "prompt_lookup or ngram_draft_hand_example or hand_example_greedy_verify"
+
+
+def test_a_hanging_function_fails_only_its_tests(tmp_path):
+    ws = tmp_path / "ws"
+    assert ol("start", "L10.8", "--workspace", str(ws)).code == 0
+    put_reference(ws, "spec.py")
+    with open(ws / "tinyllm" / "spec.py", "a") as f:
+        f.write(LOOP)
+    report = tmp_path / "check.json"
+    ran = ol("check", "L10.8", "--ref-deps", "--isolate", "--timeout", "2", "-k", SELECTED,
+             "--json", str(report), workspace=ws)
+    assert ran.code == 1, ran.text
+    tests = {t["name"]: t for t in json.loads(report.read_text())["tests"]}
+    for name in ("hand_example_prompt_lookup", "prompt_lookup_matches_python_l8_6"):
+        assert tests[name]["status"] == "fail", tests[name]
+        assert tests[name]["message"].startswith("timed out after 2 s"), tests[name]["message"]
+    for name in ("ngram_draft_hand_example", "hand_example_greedy_verify"):
+        assert tests[name]["status"] == "pass", tests[name]
+    # Two tests at 2 s each, and no second pytest for the tests after them.
+    assert ran.seconds < 30, f"the check took {ran.seconds:.1f} s"
+    assert "Comparing your answers" not in ran.out, "a timed-out test has no answers to diagnose"
+
+
+def test_a_hang_at_import_is_bounded_by_the_test_timeout(tmp_path):
+    ws = tmp_path / "ws"
+    assert ol("start", "L10.8", "--workspace", str(ws)).code == 0
+    put_reference(ws, "spec.py")
+    spec = ws / "tinyllm" / "spec.py"
+    spec.write_text("while True:\n    pass\n" + spec.read_text())
+    ran = ol("check", "L10.8", "--ref-deps", "--isolate", "--timeout", "2", workspace=ws)
+    assert ran.code == 1, ran.text
+    assert "0 of 20 tests passed" in ran.out, ran.out
+    assert "importing tinyllm/spec.py took longer than 2 s" in ran.out, ran.out
+    assert ran.seconds < 30, f"the check took {ran.seconds:.1f} s"
