@@ -168,20 +168,25 @@ class SuffixTreeDrafter:
 def trie_tree(root: int, continuations: Sequence[Sequence[int]], budget: int) -> DraftTree:
     """Merge continuations into a trie under ``root``; keep the ``budget`` best-supported nodes,
     flattened breadth-first (section 2.2)."""
-    tokens, parents, depth, count = [root], [-1], [0], [len(continuations)]
-    kids: list[list[int]] = [[]]
+    tokens, depth, count = [root], [0], [len(continuations)]
+    kids: list[list[int]] = [[]]   # children of each trie node, in creation order
     for cont in continuations:
         node = 0
         for tok in cont:
             child = next((c for c in kids[node] if tokens[c] == tok), None)
             if child is None:
                 child = len(tokens)
-                tokens.append(tok), parents.append(node), depth.append(depth[node] + 1), count.append(0)
+                tokens.append(tok)
+                depth.append(depth[node] + 1)
+                count.append(0)
                 kids.append([])
                 kids[node].append(child)
             count[child] += 1
             node = child
-    rank = lambda i: (-count[i], depth[i], i)  # noqa: E731 -- a parent always ranks before its child
+
+    def rank(i: int) -> tuple[int, int, int]:
+        return -count[i], depth[i], i   # a parent always ranks before its child
+
     kept = set(sorted(range(1, len(tokens)), key=rank)[:max(budget, 0)])
     order, new_parents, index = [0], [-1], {0: 0}
     for node in order:  # breadth-first: the list grows while it is walked
