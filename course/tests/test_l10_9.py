@@ -117,7 +117,7 @@ def test_tree_rejects_bad_parents():
 
 SUFFIX_RULE = ("card 2.2: the longest suffix (max_ngram down to min_ngram) with an earlier occurrence decides; "
                "up to width occurrences, latest first, each continued by up to k tokens, merged into a trie; "
-               "keep the k nodes passed by the most continuations (ties: shallower, then inserted earlier), "
+               "keep the k nodes passed by the most continuations (ties to the node created first), "
                "flattened breadth-first with children in the same order")
 
 
@@ -136,8 +136,13 @@ def cases_hand_example_suffix_tree():
     return [
         # Section 3: the suffix [1 2 3] occurred at 8, 4 and 0 (latest first); 9 is passed twice.
         suffix_case("section 3", ctx, 3, 8, 4,
-                    {"tokens": [3, 9, 8, 5, 1, 1, 1, 2, 2], "parents": [-1, 0, 0, 1, 1, 2, 3, 4, 5]}),
-        suffix_case("section 3 with k = 3", ctx, 3, 3, 4, {"tokens": [3, 9, 8, 5], "parents": [-1, 0, 0, 1]}),
+                    {"tokens": [3, 9, 8, 5, 1, 1, 2, 2, 3], "parents": [-1, 0, 0, 1, 2, 3, 4, 5, 7]}),
+        suffix_case("section 3 with k = 6", ctx, 3, 6, 4,
+                    {"tokens": [3, 9, 8, 5, 1, 2, 3], "parents": [-1, 0, 0, 1, 3, 4, 5]}),
+        suffix_case("two older occurrences outvote the latest", [5, 1, 2, 7, 5, 1, 2, 7, 5, 1, 2, 8, 5, 1], 2, 4, 4,
+                    {"tokens": [2, 7, 5, 1, 2], "parents": [-1, 0, 1, 2, 3]}),
+        suffix_case("the votes first, then the latest text", [5, 1, 2, 7, 5, 1, 2, 7, 5, 1, 2, 8, 5, 1], 2, 6, 4,
+                    {"tokens": [2, 7, 8, 5, 5, 1, 2], "parents": [-1, 0, 0, 1, 2, 3, 5]}),
         suffix_case("width 1 is prompt lookup", ctx, 3, 4, 1, {"tokens": [3, 9, 5, 1, 2], "parents": [-1, 0, 1, 2, 3]}),
         suffix_case("no earlier occurrence: the root alone", [4, 5, 6], 7, 5, 3, {"tokens": [7], "parents": [-1]}),
         suffix_case("k = 0: the root alone", ctx, 3, 0, 4, {"tokens": [3], "parents": [-1]}),

@@ -142,12 +142,12 @@ class SuffixTreeDrafter:
     earlier decides: up to ``width`` occurrences, latest first, each continued by up to ``k``
     tokens (running on into the suffix as prompt lookup does), are merged into a trie. A node's
     count is how many continuations pass through it; the ``k`` nodes with the highest counts are
-    kept (ties: shallower, then inserted earlier), and children are ordered the same way.
+    kept (ties to the node created first: the latest text), and children are ordered the same way.
     """
 
     k: int = 8
-    width: int = 4
-    max_ngram: int = 3
+    width: int = 8
+    max_ngram: int = 8
     min_ngram: int = 1
 
     def propose(self, ctx: Sequence[int], pending: int, k: int) -> DraftTree:
@@ -168,7 +168,7 @@ class SuffixTreeDrafter:
 def trie_tree(root: int, continuations: Sequence[Sequence[int]], budget: int) -> DraftTree:
     """Merge continuations into a trie under ``root``; keep the ``budget`` best-supported nodes,
     flattened breadth-first (section 2.2)."""
-    tokens, depth, count = [root], [0], [len(continuations)]
+    tokens, count = [root], [len(continuations)]
     kids: list[list[int]] = [[]]   # children of each trie node, in creation order
     for cont in continuations:
         node = 0
@@ -177,15 +177,14 @@ def trie_tree(root: int, continuations: Sequence[Sequence[int]], budget: int) ->
             if child is None:
                 child = len(tokens)
                 tokens.append(tok)
-                depth.append(depth[node] + 1)
                 count.append(0)
                 kids.append([])
                 kids[node].append(child)
             count[child] += 1
             node = child
 
-    def rank(i: int) -> tuple[int, int, int]:
-        return -count[i], depth[i], i   # a parent always ranks before its child
+    def rank(i: int) -> tuple[int, int]:
+        return -count[i], i   # a parent always ranks before its child: more count, or created first
 
     kept = set(sorted(range(1, len(tokens)), key=rank)[:max(budget, 0)])
     order, new_parents, index = [0], [-1], {0: 0}

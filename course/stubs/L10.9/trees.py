@@ -123,12 +123,12 @@ class SuffixTreeDrafter:
     earlier decides: up to ``width`` occurrences, latest first, each continued by up to ``k``
     tokens (running on into the suffix as prompt lookup does), are merged into a trie. A node's
     count is how many continuations pass through it; the ``k`` nodes with the highest counts are
-    kept (ties: shallower, then inserted earlier), and children are ordered the same way.
+    kept (ties to the node created first: the latest text), and children are ordered the same way.
     """
 
     k: int = 8
-    width: int = 4
-    max_ngram: int = 3
+    width: int = 8
+    max_ngram: int = 8
     min_ngram: int = 1
 
     def propose(self, ctx: Sequence[int], pending: int, k: int) -> DraftTree:
