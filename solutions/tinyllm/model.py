@@ -285,24 +285,24 @@ class TinyLlama:
         same span the chain reads (the slots past the row's position are masked out either way).
         """
         c = self.config
-        ids_arr, depth = self._check_tree(pool, table, start, ids, positions, mask)
+        ids_arr, parents, depth = self._check_tree(pool, table, start, ids, positions, mask)
         n = ids_arr.shape[0]
         if n == 0:
             return np.zeros((0, c.vocab), dtype=np.float32)
         table = [int(b) for b in table]
         bt = pool.block_tokens
-        parents = _parents(np.asarray(mask, dtype=bool))
         pos = start + depth
         stored = start + np.arange(n)
         group = c.n_heads // c.n_kv_heads
         # Rows share an attention group when they lie on one root-to-leaf path and need the same
         # number of blocks: one gathered copy of the K/V then serves them all.
         groups: dict[tuple[int, tuple[int, ...]], list[int]] = {}
-        placed = np.zeros(n, dtype=bool)
+        placed = [False] * n
+        parent_of = parents.tolist()
         for leaf in range(n - 1, -1, -1):
             if placed[leaf]:
                 continue
-            path = _path_to(parents, leaf)
+            path = _path_to(parent_of, leaf)
             for j in path:
                 if not placed[j]:
                     placed[j] = True
@@ -317,8 +317,8 @@ class TinyLlama:
         return self._run(pool, ids_arr, pos, blocks, stored % bt, np.ones(n, dtype=bool), plan)
 
     def _check_tree(self, pool: KvPool, table: Sequence[int], start: int, ids: Sequence[int],
-                    positions: Sequence[int], mask) -> tuple[np.ndarray, np.ndarray]:
-        """Validate a tree pass; return the ids and every node's depth."""
+                    positions: Sequence[int], mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Validate a tree pass; return the ids, every node's parent and its depth."""
         c = self.config
         if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
             raise ValueError(f"start must be an integer >= 0, got {start!r}")
@@ -330,7 +330,7 @@ class TinyLlama:
         if mask.shape != (n, n) or mask.dtype != bool:
             raise ValueError(f"mask must be a bool array of shape ({n}, {n}), got {mask.dtype} {mask.shape}")
         if n == 0:
-            return ids_arr, np.zeros(0, dtype=np.int64)
+            return ids_arr, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         if pool.k.shape[0] != c.n_layers or pool.k.shape[3:] != (c.n_kv_heads, c.head_dim):
             raise ValueError(f"pool storage {pool.k.shape} does not fit this model; use model.new_pool")
         if ids_arr.min() < 0 or ids_arr.max() >= c.vocab:
@@ -351,23 +351,25 @@ class TinyLlama:
             raise ValueError(f"mask[{j}, {i}] is True: node {j} cannot see node {i}, which comes after it "
                              "(an ancestor comes before its descendants)")
         parents = _parents(mask)
-        depth = np.zeros(n, dtype=np.int64)
-        for j in range(1, n):
-            p = int(parents[j])
-            if p < 0:
-                raise ValueError(f"node {j} sees no earlier node: only node 0 is a root")
-            expect = mask[p, :j].copy()
-            expect[p] = True
-            if not np.array_equal(mask[j, :j], expect):
-                i = int(np.flatnonzero(mask[j, :j] != expect)[0])
-                raise ValueError(f"mask row {j} is not a tree's: its parent is node {p}, so mask[{j}, {i}] "
-                                 f"should be {bool(expect[i])}")
-            depth[j] = depth[p] + 1
-        for j in range(n):
-            if positions[j] != start + depth[j]:
-                raise ValueError(f"positions[{j}] is {positions[j]!r}; node {j} has depth {depth[j]} after "
-                                 f"{start} cached positions, so its position is {start + depth[j]}")
-        return ids_arr, depth
+        if (parents[1:] < 0).any():
+            j = int(np.flatnonzero(parents[1:] < 0)[0]) + 1
+            raise ValueError(f"node {j} sees no earlier node: only node 0 is a root")
+        # a tree's row j is its parent's row plus j itself
+        expect = mask[np.maximum(parents, 0)]
+        expect[np.arange(n), np.maximum(parents, 0)] = True
+        expect |= np.eye(n, dtype=bool)
+        expect[0] = np.eye(n, dtype=bool)[0]
+        if not np.array_equal(expect, mask):
+            j, i = (int(v) for v in np.argwhere(expect != mask)[0])
+            raise ValueError(f"mask row {j} is not a tree's: its parent is node {parents[j]}, so mask[{j}, {i}] "
+                             f"should be {bool(expect[j, i])}")
+        depth = mask.sum(axis=1) - 1
+        wrong = np.flatnonzero(np.asarray(positions, dtype=np.int64) != start + depth)
+        if wrong.size:
+            j = int(wrong[0])
+            raise ValueError(f"positions[{j}] is {positions[j]!r}; node {j} has depth {depth[j]} after "
+                             f"{start} cached positions, so its position is {start + depth[j]}")
+        return ids_arr, parents, depth
 
     def _run(self, pool: KvPool, ids: np.ndarray, pos: np.ndarray, blocks: np.ndarray,
              slots: np.ndarray, keep: np.ndarray, plan: list) -> np.ndarray:
@@ -444,11 +446,11 @@ def _parents(mask: np.ndarray) -> np.ndarray:
     return np.where(below.any(axis=1), latest, -1)
 
 
-def _path_to(parents: np.ndarray, j: int) -> list[int]:
+def _path_to(parents: list[int], j: int) -> list[int]:
     """Nodes from the root to ``j``."""
     path = [j]
     while parents[path[-1]] >= 0:
-        path.append(int(parents[path[-1]]))
+        path.append(parents[path[-1]])
     return path[::-1]
 
 
