@@ -1,21 +1,26 @@
 """Speculation on a real instruct model: SmolLM2-135M-Instruct in the course's engine.
 
 Run through ``python bench/speculation.py --model smollm2 [--quick]``. Workloads a user would run,
-each a chat turn: edit a given function (code-edit), answer by quoting a passage (quote), emit a
-JSON tool call that echoes its arguments (tool-call) and free chat (chat), at temperature 0 and 0.7.
+each a chat turn: edit a given function (code-edit: change one default; the greedy answer is
+checked against the function the edit should give), answer by quoting a passage (quote), emit a
+JSON tool call that echoes its arguments (tool-call) and free chat (chat), at temperature 0 and 0.7
+(``--quick``: the first code-edit prompt at temperature 0).
 Configs: plain decoding in the batch-invariant engine (``none``, every pass a 16-row gemm), the
 fastest plain decoding the engine can do (``one-row``: one plain gemm per matmul over the single
 fed row, ``TinyLlama.batch_invariant = False``) and prompt lookup at several k.
 
 Timings are of decoding: from the first emitted token (after the prompt's pass) to the last, as
 tokens per second; each speed-up is the ratio of two such rates measured in the same repeat, the
-median over interleaved repeats in one run (geometric mean over a workload's prompts). Greedy output with prompt lookup must equal plain greedy output token for token on every
-workload and k: the script exits with status 1 if it does not. It also times one pass against the
-number of fed tokens (1..16) in both modes and plots it.
+median over interleaved repeats in one run (geometric mean over a workload's prompts). Greedy
+output with prompt lookup must equal plain greedy output token for token on every workload and k:
+the script exits with status 1 if it does not. It also times one pass against the number of fed
+tokens (1..16) in both modes and plots it; the full run also tries other layouts of the weight
+gemms (4- or 8-row gemms, a size chosen by the fed tokens) for batch invariance and cost.
 """
 
 import json
 import math
+import re
 import statistics
 import sys
 import time
@@ -25,7 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "solutions"))
 
+import numpy as np  # noqa: E402
+
 from tinyllm import smollm2  # noqa: E402
+from tinyllm.model import aligned_copy, matmul  # noqa: E402
 from tinyllm.runner import RunnerTarget  # noqa: E402
 from tinyllm.sampling import SamplingParams  # noqa: E402
 from tinyllm.spec import SpecConfig, generate_stream  # noqa: E402
@@ -34,32 +42,52 @@ BLOCK_TOKENS = 16
 POOL_BLOCKS = 64
 TEMPERATURES = (0.0, 0.7)
 SEED = 7
+# Tokens a request may emit: a code-edit answer (the function, then a sentence about it) ends by
+# itself within 192; the others are cut at 128.
+MAX_NEW = {"code-edit": 192, "quote": 128, "tool-call": 128, "chat": 128}
 
-_READ_CONFIG = '''def read_config(path):
+# The code-edit workload: change one default in a given function, asked as a code editor would
+# ask it. The model must really do the edit: ``edit_verdict`` checks its greedy answer against the
+# function the edit should give. A 135M model does only some edits (bench/README.md lists the ones
+# it ignored or rewrote); these two it does exactly.
+_SETTINGS = '''def load_settings(path):
+    settings = {
+        "host": "localhost",
+        "port": 8080,
+        "debug": False,
+        "workers": 4,
+        "log_level": "info",
+        "cache_size": 256,
+    }
     with open(path) as f:
-        data = json.load(f)
-    if "name" not in data:
-        raise ValueError("config has no name")
-    return data
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, value = line.split("=", 1)
+            settings[key.strip()] = value.strip()
+    return settings
 '''
-_AVERAGE = '''def average(numbers):
-    total = 0
-    for n in numbers:
-        total += n
-    return total / len(numbers)
-'''
+_EDITOR = {"role": "system", "content": "You edit code. Reply with the complete edited function in a "
+                                        "Python code block and nothing else."}
+
+
+def _edit(task: str) -> list[dict]:
+    return [_EDITOR, {"role": "user", "content": "```python\n" + _SETTINGS + "```\n" + task}]
+
+
+# (prompt, the given function, the function the edit should give)
+EDITS = [
+    (_edit("Change the default port from 8080 to 9000."), _SETTINGS,
+     _SETTINGS.replace('"port": 8080', '"port": 9000')),
+    (_edit("Change the default cache size from 256 to 1024."), _SETTINGS,
+     _SETTINGS.replace('"cache_size": 256', '"cache_size": 1024')),
+]
 
 # Each prompt is a list of chat messages. Written for this benchmark; the first prompt of each
 # workload is the one --quick runs.
 WORKLOADS: dict[str, list[list[dict]]] = {
-    "code-edit": [
-        [{"role": "user", "content": "```python\n" + _READ_CONFIG + "```\nAdd a type hint `path: str` "
-                                     "to this function. Show the complete function."}],
-        [{"role": "system", "content": "You edit code. Reply with the complete file after the edit "
-                                       "and nothing else."},
-         {"role": "user", "content": "utils.py:\n```python\n" + _READ_CONFIG + "\n\n" + _AVERAGE
-                                     + "```\n\nEdit: add `import json` as the first line of utils.py."}],
-    ],
+    "code-edit": [messages for messages, _, _ in EDITS],
     "quote": [
         [{"role": "user", "content": "Passage: The delivery van comes on Tuesdays and Fridays. Orders "
                                      "written before noon on the day before are packed in time; anything "
@@ -120,9 +148,10 @@ def formula(a: float, k: int) -> float:
     return float(k + 1) if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
 
 
-def measure(m: smollm2.SmolLM2, workloads: dict, temperatures: dict[float, int], ks: list[int],
-            max_new: int) -> tuple[list[dict], list[str]]:
-    """Rows of the table, and the greedy mismatches (empty when greedy output is identical)."""
+def measure(m: smollm2.SmolLM2, workloads: dict, temperatures: dict[float, int],
+            ks: list[int]) -> tuple[list[dict], list[str], dict[str, list[str]]]:
+    """Rows of the table, the greedy mismatches (empty when greedy output is identical) and each
+    workload's plain greedy answers."""
     configs = [("none", 1), ("one-row", 1)] + [("prompt_lookup", k) for k in ks]
     runs: dict[tuple, list[Run]] = {}
     for t, repeats in temperatures.items():
@@ -132,7 +161,7 @@ def measure(m: smollm2.SmolLM2, workloads: dict, temperatures: dict[float, int],
                     ids = m.chat(messages)
                     shift = rep % len(configs)  # no config always first (cold caches) or last
                     for config, k in configs[shift:] + configs[:shift]:
-                        run = run_once(m, ids, config, k, t, max_new)
+                        run = run_once(m, ids, config, k, t, MAX_NEW[name])
                         runs.setdefault((name, p, t, config, k), []).append(run)
     mismatches = greedy_mismatches(m, runs)
     rows = []
@@ -168,7 +197,21 @@ def measure(m: smollm2.SmolLM2, workloads: dict, temperatures: dict[float, int],
                     "speedup_vs_plain": speedup(config, k, "none"),
                     "speedup_vs_one_row": speedup(config, k, "one-row"),
                 })
-    return rows, mismatches
+    answers = {name: [m.decode(runs[(name, p, 0.0, "none", 1)][0].tokens) for p in range(len(prompts))]
+               for name, prompts in workloads.items()} if 0.0 in temperatures else {}
+    return rows, mismatches, answers
+
+
+def edit_verdict(answer: str, given: str, expected: str) -> str:
+    """What an answer did with its edit: the first code block against the function the edit should give."""
+    block = re.search(r"```(?:python)?\n(.*?)```", answer, re.S)
+    if block is None:
+        return "no code block"
+    if block.group(1) == expected:
+        return "exact edit"
+    if block.group(1) == given:
+        return "edit ignored (copied unchanged)"
+    return "not the requested edit"
 
 
 def greedy_mismatches(m: smollm2.SmolLM2, runs: dict[tuple, list[Run]]) -> list[str]:
@@ -207,6 +250,65 @@ def pass_cost(m: smollm2.SmolLM2, context: int, repeats: int) -> dict[str, list[
     finally:
         model.batch_invariant = True
     return {mode: [statistics.median(ts) for ts in per_n] for mode, per_n in out.items()}
+
+
+def _gemm_blocks(model, rows_for):
+    """A ``_matmul`` for ``model`` that runs each weight matmul as gemms of ``rows_for(n)`` rows
+    (``n`` the fed rows, zero-padded to whole gemms); attention keeps the engine's layout."""
+    def block_matmul(a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        if b.ndim != 2:
+            return matmul(a, b, rows)
+        size = rows_for(a.shape[0])
+        gemms = -(-a.shape[0] // size)
+        padded = np.zeros((gemms * size, a.shape[1]), dtype=np.float32)
+        padded[:a.shape[0]] = a
+        out = aligned_copy(padded).reshape(gemms, size, -1) @ b
+        return out.reshape(gemms * size, -1)[:a.shape[0]]
+    return block_matmul
+
+
+def layouts(m: smollm2.SmolLM2, context: list[int], repeats: int) -> list[dict]:
+    """Candidate layouts for the passes' weight gemms: is every row of a pass over 2..16 fed tokens
+    bitwise the row a one-token pass gives (batch invariance), and what does a pass cost?"""
+    model = m.model
+    candidates = {
+        "16-row gemms (the engine)": None,
+        "4-row gemms": _gemm_blocks(model, lambda n: 4),
+        "8-row gemms": _gemm_blocks(model, lambda n: 8),
+        "4, 8 or 16 rows by fed tokens": _gemm_blocks(model, lambda n: 4 if n <= 4 else 8 if n <= 8 else 16),
+        "plain gemm (one-row mode)": "plain",
+    }
+    fed = list(range(600, 616))
+    out = []
+    for name, layout in candidates.items():
+        model.batch_invariant = layout != "plain"
+        if callable(layout):
+            model._matmul = layout
+        try:
+            target = RunnerTarget(model, model.new_pool(POOL_BLOCKS, BLOCK_TOKENS))
+            target.extend(context)
+            alone = []
+            for token in fed:
+                alone.append(target.extend([token])[0])
+            invariant = True
+            for n in (2, 4, 5, 8, 12, 16):
+                target.truncate(len(context))
+                rows = target.extend(fed[:n])
+                invariant &= all(np.array_equal(r, a) for r, a in zip(rows, alone))
+            ms = {}
+            for n in (1, 4, 8, 16):
+                times = []
+                for _ in range(repeats):
+                    target.truncate(len(context))
+                    began = time.perf_counter()
+                    target.extend(fed[:n])
+                    times.append((time.perf_counter() - began) * 1e3)
+                ms[n] = statistics.median(times)
+        finally:
+            model.batch_invariant = True
+            model.__dict__.pop("_matmul", None)
+        out.append({"layout": name, "batch_invariant": bool(invariant), "ms_by_fed": ms})
+    return out
 
 
 def print_table(rows: list[dict]) -> None:
@@ -266,27 +368,38 @@ def main(quick: bool, out: Path) -> int:
     loaded = time.perf_counter() - began
     if quick:
         workloads = {"code-edit": WORKLOADS["code-edit"][:1]}
-        temperatures, ks, max_new, cost_repeats = {0.0: 2, 0.7: 1}, [4, 8, 12], 64, 3
+        temperatures, ks, cost_repeats = {0.0: 2}, [4, 8, 12], 3
     else:
         workloads = WORKLOADS
-        temperatures, ks, max_new, cost_repeats = {0.0: 3, 0.7: 1}, [1, 2, 4, 8, 12, 15], 128, 5
-    rows, mismatches = measure(m, workloads, temperatures, ks, max_new)
+        temperatures, ks, cost_repeats = {0.0: 3, 0.7: 1}, [1, 2, 4, 8, 12, 15], 5
+    rows, mismatches, answers = measure(m, workloads, temperatures, ks)
     print_table(rows)
+    verdicts = [edit_verdict(answer, given, expected)
+                for answer, (_, given, expected) in zip(answers["code-edit"], EDITS)]
+    print("\ncode-edit, greedy answers: " + "; ".join(f"prompt {p}: {v}" for p, v in enumerate(verdicts)))
     context = len(m.chat(WORKLOADS["code-edit"][0])) + 32
     cost = pass_cost(m, context, cost_repeats)
     print(f"\none pass after {context} cached positions, ms by fed tokens 1..16:")
     for mode, ms in cost.items():
         print(f"  {mode:16} " + " ".join(f"{x:5.0f}" for x in ms))
-    print(f"  ratio to one fed token (batch-invariant): "
+    print("  ratio to one fed token (batch-invariant): "
           + " ".join(f"{x / cost['batch-invariant'][0]:.2f}" for x in cost["batch-invariant"]))
-    print(f"  ratio to one fed token (plain gemm):      "
+    print("  ratio to one fed token (plain gemm):      "
           + " ".join(f"{x / cost['plain gemm'][0]:.2f}" for x in cost["plain gemm"]))
+    probed = [] if quick else layouts(m, m.chat(WORKLOADS["code-edit"][0]), cost_repeats)
+    if probed:
+        print("\nlayouts of the weight gemms: every row bitwise the row of a one-token pass? "
+              "ms by fed tokens 1, 4, 8, 16:")
+        for r in probed:
+            print(f"  {r['layout']:32} {'invariant' if r['batch_invariant'] else 'NOT invariant':13} "
+                  + " ".join(f"{x:5.0f}" for x in r["ms_by_fed"].values()))
     out.mkdir(parents=True, exist_ok=True)
     best = best_code_edit(rows)
     report = {"model": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to float32)", "quick": quick,
-              "ks": ks, "temperatures": {str(t): n for t, n in temperatures.items()}, "max_new": max_new,
+              "ks": ks, "temperatures": {str(t): n for t, n in temperatures.items()}, "max_new": MAX_NEW,
               "load_seconds": loaded, "seconds": time.perf_counter() - began, "pass_cost_ms": cost,
               "pass_cost_context": context, "greedy_mismatches": mismatches, "best_code_edit": best,
+              "code_edit_verdicts": verdicts, "greedy_answers": answers, "layouts": probed,
               "rows": rows}
     (out / "smollm2_speculation.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(rows, cost, ks, out / "smollm2_speculation.png")

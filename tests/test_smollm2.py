@@ -7,6 +7,8 @@ model a failure.
 
 import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,9 @@ from tinyllm import smollm2
 from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams
 from tinyllm.spec import SpecConfig, generate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import smollm2_speculation as bench  # noqa: E402
 
 
 def _missing() -> str | None:
@@ -157,6 +162,27 @@ def test_prompt_lookup_equals_plain_greedy_on_the_real_model(real):
     assert len(plain.tokens) == 24
     assert spec.tokens == plain.tokens
     assert spec.stats.accepted > 0 and spec.stats.target_calls < plain.stats.target_calls
+
+
+@pytest.mark.parametrize("edit", range(len(bench.EDITS)))
+def test_code_edit_workload_answers_with_the_edited_function(real, edit):
+    # The benchmark's code-edit figures count only if the model really does the edit.
+    messages, given, expected = bench.EDITS[edit]
+    out = _generate(real, real.chat(messages), "prompt_lookup", 8, bench.MAX_NEW["code-edit"])
+    assert out.tokens[-1] == real.eos
+    assert bench.edit_verdict(real.decode(out.tokens), given, expected) == "exact edit"
+    assert len(out.tokens) / out.stats.target_calls > 3.0
+
+
+@pytest.mark.parametrize("answer, verdict", [
+    ("Here:\n```python\nx = 2\n```\nDone.", "exact edit"),
+    ("```\nx = 2\n```", "exact edit"),
+    ("```python\nx = 1\n```", "edit ignored (copied unchanged)"),
+    ("```python\nx = 3\n```", "not the requested edit"),
+    ("x = 2", "no code block"),
+])
+def test_edit_verdict_reads_the_first_code_block(answer, verdict):
+    assert bench.edit_verdict(answer, "x = 1\n", "x = 2\n") == verdict
 
 
 def test_plain_gemm_mode_gives_the_same_logits_up_to_rounding():
