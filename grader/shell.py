@@ -30,7 +30,9 @@ def shell(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
         impl = assemble.build(assemble.plan(catalog, module, ws, ref_deps), Path(tmp))
         startup = Path(tmp) / "startup.py"
         startup.write_text(_startup(impl, module.suite))
-        env = {**os.environ, "OL_IMPL": str(impl), "PYTHONDONTWRITEBYTECODE": "1",
+        # PYTHONSAFEPATH: the workspace (the cwd) must not come first on sys.path, or its tinyllm/
+        # (ol start writes an __init__.py there) hides the assembled package.
+        env = {**os.environ, "OL_IMPL": str(impl), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1",
                "PYTHONPATH": os.pathsep.join([str(impl), str(module.suite.parent), str(REPO)])}
         if command is None:
             print(f"Python with {module.id}'s names: tinyllm from {ws.package}"
