@@ -11,7 +11,10 @@ copies of the notebooks so the repository's files are never modified. Then:
    said it was not written yet shows the card's values; its token strip then draws with the
    learner's ``prompt_lookup`` beside the reference's ``ngram_draft``.
 3. Chapter 4 with only ``blocks_for`` and ``rollback`` written: its check passes.
-4. Chapters 1 and 5, saved, kernel shut down, reopened: no "Error displaying widget", the widgets
+4. Chapters 6 and 7 (module L10.9, ``ol start L10.9`` in the same workspace) run on the stubs of
+   ``trees.py``; chapter 6 is run again with ``ModelDrafter._draw`` and ``propose`` written: its
+   check passes and its panels say they drew with the learner's code.
+5. Chapters 1, 5 and 7, saved, kernel shut down, reopened: no "Error displaying widget", the widgets
    show from the saved state. Then in the JupyterLab Dark theme, the banner, strips, chips, labels
    and check table have WCAG contrast >= 4.5 between text and background.
 
@@ -44,7 +47,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 REFERENCE_SPEC = ROOT / "solutions" / "tinyllm" / "spec.py"
+REFERENCE_TREES = ROOT / "solutions" / "tinyllm" / "trees.py"
 MODULE = "L10.8"
+TREES_MODULE = "L10.9"  # chapters 6 and 7 run the learner's trees.py
+TREES_CHAPTERS = ("06_draft_model.ipynb", "07_token_trees.ipynb")
+DRAFT_CHAPTER = "06_draft_model.ipynb"
+DRAFT_METHODS = ("ModelDrafter._draw", "ModelDrafter.propose")  # chapter 6's functions
+DRAFT_TESTS = 1  # chapter 6's check: model_drafter_returns_its_q
 CHROMIUM_PATHS = ("/usr/lib/chromium/chromium", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
@@ -58,7 +67,7 @@ READABLE = (".course-banner, .course-strip, .course-chip, .course-label, .course
             ".course-missing, .course-raised, .course-expect")
 MIN_CONTRAST = 4.5
 # Chapters whose strips (course.strip) must exist and read in the dark theme.
-STRIP_CHAPTERS = ("01_drafts.ipynb", "05_the_loop.ipynb")
+STRIP_CHAPTERS = ("01_drafts.ipynb", "05_the_loop.ipynb", "07_token_trees.ipynb")
 FIRST_CHAPTER, ROLLBACK_CHAPTER = "01_drafts.ipynb", "04_kv_rollback.ipynb"
 ROLLBACK_TESTS = 2  # chapter 4's check: rollback_hand_example, rollback_drops_one_reference_only
 
@@ -117,26 +126,34 @@ def learner_env(scratch: Path) -> dict[str, str]:
     return env
 
 
-def start_module(scratch: Path) -> Path:
-    """``ol start L10.8 --workspace work`` typed in the scratch folder; the workspace's spec.py."""
-    done = subprocess.run([*ol_command(), "start", MODULE, "--workspace", "work"], cwd=scratch,
+def start_module(scratch: Path, module: str = MODULE, learner_file: str = "spec.py") -> Path:
+    """``ol start MODULE --workspace work`` typed in the scratch folder; the workspace's learner file."""
+    done = subprocess.run([*ol_command(), "start", module, "--workspace", "work"], cwd=scratch,
                           env=learner_env(scratch), capture_output=True, text=True, timeout=120)
-    spec = scratch / "work" / "tinyllm" / "spec.py"
-    if done.returncode != 0 or not spec.is_file():
-        raise CannotRun(f"ol start {MODULE} failed with code {done.returncode}:\n{done.stdout}{done.stderr}")
-    return spec
+    written = scratch / "work" / "tinyllm" / learner_file
+    if done.returncode != 0 or not written.is_file():
+        raise CannotRun(f"ol start {module} failed with code {done.returncode}:\n{done.stdout}{done.stderr}")
+    return written
 
 
-def write_reference_functions(spec: Path, *names: str) -> None:
-    """Replace functions in the learner's spec.py with the reference's, as a learner saving them."""
-    reference = REFERENCE_SPEC.read_text()
-    tops = {n.name: n for n in ast.parse(reference).body if isinstance(n, ast.FunctionDef)}
+def _definition(tree: ast.Module, name: str) -> ast.FunctionDef:
+    """The function ``name`` or the method ``Class.name`` at the top of a module."""
+    owner, _, attr = name.rpartition(".")
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner).body if owner else tree.body
+    return next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == attr)
+
+
+def write_reference_functions(learner: Path, *names: str, reference: Path = REFERENCE_SPEC) -> None:
+    """Replace functions (or ``Class.method``s) in a learner file with the reference's, as a learner
+    saving them."""
+    ref_text = reference.read_text()
+    ref_lines = ref_text.splitlines(keepends=True)
     for name in names:
-        text = spec.read_text()
-        node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
+        text = learner.read_text()
+        node, theirs = _definition(ast.parse(text), name), _definition(ast.parse(ref_text), name)
         lines = text.splitlines(keepends=True)
-        spec.write_text("".join(lines[:node.lineno - 1]) + ast.get_source_segment(reference, tops[name])
-                        + "\n" + "".join(lines[node.end_lineno:]))
+        learner.write_text("".join(lines[:node.lineno - 1]) + "".join(ref_lines[theirs.lineno - 1:theirs.end_lineno])
+                           + "".join(lines[node.end_lineno:]))
 
 
 class Lab:
@@ -248,7 +265,7 @@ def errors_shown(page) -> str:
 def inspect(page, outcome: Outcome, workspace: Path) -> None:
     """Count what rendered and name what is missing."""
     counts = {
-        "banner naming your spec.py": page.locator(f'.course-banner.course-learner:has-text("{workspace}")').count(),
+        "banner naming your workspace": page.locator(f'.course-banner.course-learner:has-text("{workspace}")').count(),
         "sliders": page.locator(".jupyter-widgets .widget-slider").count(),
         "figures": page.locator(".course-figure img").count(),
         "tables": page.locator(".jupyter-widgets table").count(),
@@ -409,6 +426,12 @@ def chapter(lab: Lab, name: str, workspace: Path, spec: Path, timeout_s: float, 
     def body(page, outcome: Outcome) -> None:
         if name == ROLLBACK_CHAPTER:
             write_reference_functions(spec, "blocks_for", "rollback")
+        if name in TREES_CHAPTERS:
+            expect_trees_chapter(page, lab, name, workspace, timeout_s, outcome)
+            if name in STRIP_CHAPTERS:
+                save(page, lab, name, outcome)
+                saved.add(name)
+            return
         open_notebook(page, lab, name)
         if not run_all(page, outcome, timeout_s):
             return
@@ -427,6 +450,40 @@ def chapter(lab: Lab, name: str, workspace: Path, spec: Path, timeout_s: float, 
         if name in STRIP_CHAPTERS:
             save(page, lab, name, outcome)
             saved.add(name)
+
+    return body
+
+
+def expect_trees_chapter(page, lab: Lab, name: str, workspace: Path, timeout_s: float, outcome: Outcome) -> None:
+    """A chapter of L10.9 on the stubs of trees.py: everything renders, drawn with the reference."""
+    open_notebook(page, lab, name)
+    if not run_all(page, outcome, timeout_s):
+        return
+    inspect(page, outcome, workspace)
+    banner = page.locator(".course-banner").first.inner_text()
+    if "trees.py" not in banner:
+        outcome.problems.append(f"the banner does not name the workspace's trees.py: {banner[:200]}")
+    expect_label(page, outcome, "drawn with the reference", "is not written yet")
+    move_primary(page, outcome)
+
+
+def draft_methods_written(lab: Lab, workspace: Path, timeout_s: float):
+    """Chapter 6 again with ModelDrafter._draw and propose saved: its check passes, its panels say
+    they drew with the learner's code."""
+    def body(page, outcome: Outcome) -> None:
+        write_reference_functions(workspace / "tinyllm" / "trees.py", *DRAFT_METHODS, reference=REFERENCE_TREES)
+        open_notebook(page, lab, DRAFT_CHAPTER)
+        if not run_all(page, outcome, timeout_s):
+            return
+        head = page.locator(".course-check").first.inner_text()
+        outcome.found = head.splitlines()[0][:120]
+        if f"{DRAFT_TESTS} of {DRAFT_TESTS} tests passed" not in head:
+            outcome.problems.append("with ModelDrafter._draw and propose written, chapter 6's check says: "
+                                    + head.splitlines()[0])
+        expect_label(page, outcome, "drawn with your", "ModelDrafter._draw")
+        if page.locator(".course-missing").count():
+            outcome.problems.append("a cell still says a function is not written yet: "
+                                    + page.locator(".course-missing").first.inner_text()[:200])
 
     return body
 
@@ -532,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
         chromium = find_chromium(args.chromium)
         spec = start_module(scratch)
         workspace = spec.parent.parent
+        if any(nb.name in TREES_CHAPTERS for nb in notebooks):
+            start_module(scratch, TREES_MODULE, "trees.py")
         lab = Lab(scratch, notebooks)
         lab.wait_ready()
         saved: set[str] = set()
@@ -539,6 +598,8 @@ def main(argv: list[str] | None = None) -> int:
             browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
             context = browser.new_context(viewport={"width": 1280, "height": 2200})
             steps = [(nb.stem, chapter(lab, nb.name, workspace, spec, args.timeout, saved)) for nb in notebooks]
+            if any(nb.name == DRAFT_CHAPTER for nb in notebooks):
+                steps.append((f"{Path(DRAFT_CHAPTER).stem}-written", draft_methods_written(lab, workspace, args.timeout)))
             for label, body in steps:
                 outcomes.append(step(context, lab, out, label, body))
                 report(outcomes[-1])
