@@ -406,11 +406,11 @@ def sibling_counts(kind: str) -> list[int]:
     return counts
 
 
-MODEL_SEEDS = 2000
+MODEL_SEEDS = 1000
 
 
 def model_drafter_counts() -> list[int]:
-    """The first emitted token over 2000 rounds: the draft model's sampled child and its runner-up
+    """The first emitted token over 1000 rounds: the draft model's sampled child and its runner-up
     under the root, verified against the table target's rows (its next generator draw each round)."""
     drafter = ModelDrafter(draft_model(6), SamplingParams(temperature=1.0), 2, 0, 2)
     target = TreeTableTarget(6, 17, order=1, scale=1.0)
