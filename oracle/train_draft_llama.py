@@ -20,7 +20,6 @@ is measured in the numpy engine by ``bench/trees.py``.
     nice -n 10 python oracle/train_draft_llama.py   # 1500 steps: 3 minutes on a free core, 8 on a busy one
 """
 
-import argparse
 import hashlib
 import json
 import math
@@ -35,7 +34,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "oracle"))
 
-from train_tiny_llama import HELD_OUT, Mirror, batch_of, corpus, numpy_logits  # noqa: E402
+from train_tiny_llama import (HELD_OUT, Mirror, batch_of, corpus, numpy_logits, optimizer,  # noqa: E402
+                              training_args)
 
 from tinyllm.model import LlamaConfig, TinyLlama  # noqa: E402
 
@@ -80,16 +80,7 @@ def evaluate(student: Mirror, teacher: Mirror, length: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=1500)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--length", type=int, default=384)
-    ap.add_argument("--share", type=float, default=0.5, help="share of windows that repeat a span")
-    ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=FIXTURE)
-    args = ap.parse_args()
+    args = training_args(__doc__.splitlines()[0], 1500, 0.5, FIXTURE)
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -98,10 +89,7 @@ def main() -> None:
     train_arr = np.frombuffer(train, dtype=np.uint8)
     teacher = teacher_mirror()
     student = Mirror(CONFIG, args.seed)
-    opt = torch.optim.AdamW(student.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    warmup = max(1, args.steps // 20)
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * (
-        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))))
+    opt, schedule = optimizer(student.parameters(), args.lr, args.steps)
     began = time.perf_counter()
     for step in range(args.steps):
         rows = batch_of(train_arr, rng, args.batch, args.length, args.share)[:, :-1]

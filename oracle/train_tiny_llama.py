@@ -152,17 +152,30 @@ def numpy_logits(model: TinyLlama, ids: list[int]) -> np.ndarray:
     return model.forward(pool, [table] * len(ids), list(range(len(ids))), ids)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=2400)
+def training_args(description: str, steps: int, share: float, out: Path) -> argparse.Namespace:
+    """The command line of a training script (this one and ``train_draft_llama.py``)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--steps", type=int, default=steps)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--length", type=int, default=384)
-    ap.add_argument("--share", type=float, default=1.0, help="share of windows that repeat a span")
+    ap.add_argument("--share", type=float, default=share, help="share of windows that repeat a span")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=FIXTURE)
-    args = ap.parse_args()
+    ap.add_argument("--out", type=Path, default=out)
+    return ap.parse_args()
+
+
+def optimizer(params, lr: float, steps: int) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW with a linear warm-up over the first 5% of the steps, then a cosine down to 10%."""
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    warmup = max(1, steps // 20)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * (
+        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
+
+
+def main() -> None:
+    args = training_args(__doc__.splitlines()[0], 2400, 1.0, FIXTURE)
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -174,10 +187,7 @@ def main() -> None:
           f"{train_arr.size} training bytes, {valid_arr.size} validation bytes")
 
     model = Mirror(CONFIG, args.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    warmup = max(1, args.steps // 20)
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * (
-        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))))
+    opt, schedule = optimizer(model.parameters(), args.lr, args.steps)
     began = time.perf_counter()
     for step in range(args.steps):
         rows = batch_of(train_arr, rng, args.batch, args.length, args.share)

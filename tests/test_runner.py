@@ -185,7 +185,8 @@ def test_bad_tree_calls_raise_spec_error_and_give_back_blocks(model):
     with pytest.raises(SpecError, match=r"extend_tree by 2 nodes at position 3: positions\[1\] is 5"):
         target.extend_tree([4, 5], [3, 5], tree_mask([-1, 0]))
     with pytest.raises(SpecError, match="exhausted"):
-        target.extend_tree(list(range(10)), tree_positions(3, [-1] + list(range(9))), tree_mask([-1] + list(range(9))))
+        chain = [-1] + list(range(9))
+        target.extend_tree(list(range(10)), tree_positions(3, chain), tree_mask(chain))
     assert target.cached() == 3 and len(target.table) == 1 and pool.num_free() == 2
     with pytest.raises(SpecError, match="no tree is pending"):
         target.keep_path(3, [0])

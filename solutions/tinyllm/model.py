@@ -361,8 +361,8 @@ class TinyLlama:
         expect[0] = np.eye(n, dtype=bool)[0]
         if not np.array_equal(expect, mask):
             j, i = (int(v) for v in np.argwhere(expect != mask)[0])
-            raise ValueError(f"mask row {j} is not a tree's: its parent is node {parents[j]}, so mask[{j}, {i}] "
-                             f"should be {bool(expect[j, i])}")
+            raise ValueError(f"mask row {j} is not a tree's: its parent is node {parents[j]}, "
+                             f"so mask[{j}, {i}] should be {bool(expect[j, i])}")
         depth = mask.sum(axis=1) - 1
         wrong = np.flatnonzero(np.asarray(positions, dtype=np.int64) != start + depth)
         if wrong.size:

@@ -42,26 +42,14 @@ class RunnerTarget:
 
     def extend(self, ids: Sequence[int]) -> list[np.ndarray]:
         """Append ``ids`` in one forward; row ``j`` scores the token after ``ids[j]``."""
-        ids = [int(t) for t in ids]
-        vocab = self.model.config.vocab
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise SpecError(f"token id {bad[0]} is outside the vocabulary [0, {vocab})")
+        ids = self._checked(ids)
         if not ids:
             return []
         start = len(self._ids)
         shared = self._share_prefix(ids) if start == 0 and self.prefix_cache else 0
-        bt = self.pool.block_tokens
         positions = list(range(start, start + len(ids)))
-        try:
-            while len(self.table) < blocks_for(start + len(ids), bt):
-                self.table.append(self.pool.allocate())
-            logits = self.model.forward(self.pool, [self.table] * len(ids), positions, ids,
-                                        [p >= shared for p in positions])
-        except (PoolError, ValueError) as err:
-            rollback(self.pool, self.table, start)
-            self._offered = min(self._offered, start // bt)
-            raise SpecError(f"extend by {len(ids)} ids at position {start}: {err}") from err
+        logits = self._grown(start, len(ids), f"extend by {len(ids)} ids", lambda: self.model.forward(
+            self.pool, [self.table] * len(ids), positions, ids, [p >= shared for p in positions]))
         self._ids.extend(ids)
         self._tree = None
         self._set_fills(max(start, shared))
@@ -75,25 +63,35 @@ class RunnerTarget:
         iff ``i`` is ``j`` or an ancestor of ``j``). ``cached()`` grows by ``len(ids)``: node ``j``
         sits at cache slot ``start + j`` until :meth:`keep_path` or :meth:`truncate`.
         """
+        ids = self._checked(ids)
+        if not ids:
+            return []
+        start = len(self._ids)
+        logits = self._grown(start, len(ids), f"extend_tree by {len(ids)} nodes", lambda: (
+            self.model.forward_tree(self.pool, self.table, start, ids, positions, mask)))
+        self._ids.extend(ids)
+        self._tree = (start, np.array(mask, dtype=bool))
+        self._set_fills(start)
+        return list(logits)
+
+    def _checked(self, ids: Sequence[int]) -> list[int]:
         ids = [int(t) for t in ids]
         vocab = self.model.config.vocab
         bad = [t for t in ids if not 0 <= t < vocab]
         if bad:
             raise SpecError(f"token id {bad[0]} is outside the vocabulary [0, {vocab})")
-        if not ids:
-            return []
-        start = len(self._ids)
+        return ids
+
+    def _grown(self, start: int, n: int, what: str, forward) -> np.ndarray:
+        """Blocks for ``n`` more positions, then ``forward()``; on failure give back what was taken."""
         try:
-            while len(self.table) < blocks_for(start + len(ids), self.pool.block_tokens):
+            while len(self.table) < blocks_for(start + n, self.pool.block_tokens):
                 self.table.append(self.pool.allocate())
-            logits = self.model.forward_tree(self.pool, self.table, start, ids, positions, mask)
+            return forward()
         except (PoolError, ValueError) as err:
             rollback(self.pool, self.table, start)
-            raise SpecError(f"extend_tree by {len(ids)} nodes at position {start}: {err}") from err
-        self._ids.extend(ids)
-        self._tree = (start, np.array(mask, dtype=bool))
-        self._set_fills(start)
-        return list(logits)
+            self._offered = min(self._offered, start // self.pool.block_tokens)
+            raise SpecError(f"{what} at position {start}: {err}") from err
 
     def keep_path(self, start: int, path: Sequence[int]) -> None:
         """After a tree fed at ``start``, keep the nodes ``path`` (root first) as positions
