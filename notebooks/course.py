@@ -789,6 +789,21 @@ def strip(parts: Sequence[str], note: str = "") -> str:
             + "".join(parts) + tail + "</div>")
 
 
+def token_label(token: int) -> str:
+    """A byte token as strips and figures show it: its character, a visible mark for a space (·),
+    a newline (↵) or a tab (→), and the hex value of anything else unprintable."""
+    token = int(token)
+    return {10: "↵", 32: "·", 9: "→"}.get(token, chr(token) if 33 <= token < 127 else f"x{token:02x}")
+
+
+def bench_workloads() -> dict[str, list[str]]:
+    """The benchmark's prompts, ``WORKLOADS`` of ``bench/speculation.py``, read from its source
+    (importing the script would put the reference package on ``sys.path``)."""
+    tree = ast.parse((ROOT / "bench" / "speculation.py").read_text())
+    return next(ast.literal_eval(node.value) for node in tree.body
+                if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "WORKLOADS")
+
+
 # --- The banner --------------------------------------------------------------------------------
 
 def banner_html(running: Running) -> str:
