@@ -208,30 +208,47 @@ def print_tree_table(rows: list[dict], ks: list[int]) -> None:
             print(f"{name:8} {k:>2}  {fmt['chain']:>22}  {fmt['tree']:>22}  {ratio:9.2f}x  {fmt['model']:>22}")
 
 
+def interleaved(model: TinyLlama, draft_model: TinyLlama, configs: list[tuple[str, int]], cases: list,
+                temperature: float, repeats: int, max_new: int) -> tuple[dict, dict]:
+    """Run every config ``repeats`` times on every (prompt, seed) case, interleaved in a rotating
+    order; return each config's median seconds per case and its runs of the last repeat."""
+    medians: dict[tuple, list[float]] = {c: [] for c in configs}
+    last: dict[tuple, list[Run]] = {c: [] for c in configs}
+    for prompt, seed in cases:
+        times: dict[tuple, list[float]] = {c: [] for c in configs}
+        for rep in range(repeats):
+            shift = rep % len(configs)  # nobody always runs first or last
+            for config in configs[shift:] + configs[:shift]:
+                drafter = drafter_for(config[0], config[1], draft_model, temperature, seed)
+                run = run_once(model, drafter, prompt, temperature, seed, max_new)
+                times[config].append(run.seconds)
+                if rep == repeats - 1:
+                    last[config].append(run)
+        for config in configs:
+            medians[config].append(statistics.median(times[config]))
+    return medians, last
+
+
+def tree_clock(model: TinyLlama, k: int, prompts_per: int, repeats: int, max_new: int) -> dict:
+    """Wall-clock speed-up over no speculation of the chain and the tree at ``k``, temperature 0,
+    on the repeating workloads: does the tree's extra tokens per pass pay for its dearer pass?"""
+    configs = [("none", 0), ("chain", k), ("tree", k)]
+    cases = [(list(text.encode()), 0) for name in REPETITIVE for text in WORKLOADS[name][:prompts_per]]
+    medians, _ = interleaved(model, model, configs, cases, 0.0, repeats, max_new)
+    base = sum(medians[("none", 0)])
+    return {"k": k, "chain": base / sum(medians[("chain", k)]), "tree": base / sum(medians[("tree", k)])}
+
+
 def draft_speedups(model: TinyLlama, draft_model: TinyLlama, k_models: list[int], k_lookup: int, seeds: int,
                    repeats: int, max_new: int) -> dict:
     """Wall-clock time of none / prompt lookup / the draft model at each k on prose at T = 0.8.
 
-    Every (prompt, seed) runs each config ``repeats`` times, interleaved in a rotating order; a
-    config's time is the sum over (prompt, seed) of its median, its speed-up none's sum over it.
+    Every (prompt, seed) runs each config ``repeats`` times, interleaved; a config's time is the sum
+    over (prompt, seed) of its median, its speed-up none's sum over it.
     """
     configs = [("none", 0), ("chain", k_lookup)] + [("model", k) for k in k_models]
-    medians: dict[tuple, list[float]] = {c: [] for c in configs}
-    last: dict[tuple, list[Run]] = {c: [] for c in configs}
-    for text in WORKLOADS["prose"]:
-        prompt = list(text.encode())
-        for seed in range(seeds):
-            times: dict[tuple, list[float]] = {c: [] for c in configs}
-            for rep in range(repeats):
-                shift = rep % len(configs)  # nobody always runs first or last
-                for config in configs[shift:] + configs[:shift]:
-                    drafter = drafter_for(config[0], config[1], draft_model, SAMPLED, seed)
-                    run = run_once(model, drafter, prompt, SAMPLED, seed, max_new)
-                    times[config].append(run.seconds)
-                    if rep == repeats - 1:
-                        last[config].append(run)
-            for config in configs:
-                medians[config].append(statistics.median(times[config]))
+    cases = [(list(text.encode()), seed) for text in WORKLOADS["prose"] for seed in range(seeds)]
+    medians, last = interleaved(model, draft_model, configs, cases, SAMPLED, repeats, max_new)
     base = sum(medians[("none", 0)])
     pass_ms = 1e3 * sum(r.pass_seconds for r in last[("none", 0)]) / sum(r.rounds for r in last[("none", 0)])
     out = []
@@ -328,6 +345,9 @@ def main() -> None:
           f"rounds end on a rejected token; the wanted byte followed an earlier occurrence of the last 2-3 "
           f"bytes in {misses['after 2-3 bytes']}, of the last byte only in {misses['after the last byte only']}, "
           f"never in {misses['never']}")
+    clock = tree_clock(model, FED - 1, prompts_per, repeats, max_new)
+    print(f"wall clock at T = 0, k={FED - 1}, repeating workloads (medians of interleaved repeats): speed-up over "
+          f"no speculation, chain {clock['chain']:.2f}x, tree {clock['tree']:.2f}x")
     chain = per_pass(rows, "chain", FED - 1, REPETITIVE)
     tree = per_pass(rows, "tree", FED - 1, REPETITIVE)
     drafts = draft_speedups(model, draft_model, k_models, K_LOOKUP, seeds, repeats, max_new)
@@ -340,7 +360,7 @@ def main() -> None:
     drafts["pass_costs"] = costs
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"quick": args.quick, "ks": ks, "max_new": max_new, "seeds": seeds, "repeats": repeats,
-              "seconds": time.perf_counter() - began, "trees": rows, "chain_misses": misses,
+              "seconds": time.perf_counter() - began, "trees": rows, "chain_misses": misses, "tree_clock": clock,
               "draft_model": drafts}
     (args.out / "trees.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out / 'trees.json'} ({report['seconds']:.0f} s)")
