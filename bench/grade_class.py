@@ -5,13 +5,16 @@
 Grades the whole class, then the correct submissions alone, checks every verdict (a correct one
 passes with full marks; a buggy one, the reference with a named pitfall's patch, fails that
 pitfall's named test; a hanging one does not pass; a hostile one, the stub with an attack, scores
-0), and prints both wall times and their ratio. Exits 1 when a verdict is wrong.
+0), and prints both wall times and their ratio, the bounds ol grade chose, each kind's own time
+and the slowest test of a correct submission. Exits 1 when a verdict is wrong.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -77,11 +80,28 @@ def make_class(root: Path, counts: dict[str, int]) -> dict[str, tuple[str, str |
     return kinds
 
 
-def grade(paths: list[Path], out: Path, jobs: int) -> float:
+def grade(paths: list[Path], out: Path, jobs: int) -> tuple[float, str]:
+    """The wall time of ``ol grade`` on ``paths``, and what it printed."""
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "grader", "grade", "L10.8", *map(str, paths), "--ref-deps", "--jobs",
-                    str(jobs), "--out", str(out)], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    return time.monotonic() - started
+    done = subprocess.run([sys.executable, "-m", "grader", "grade", "L10.8", *map(str, paths), "--ref-deps", "--jobs",
+                           str(jobs), "--out", str(out)], cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True)
+    return time.monotonic() - started, done.stdout
+
+
+def seconds_by_kind(printed: str, kinds: dict[str, tuple[str, str | None]]) -> dict[str, list[float]]:
+    """Each graded submission's own time (ol grade's line per submission), by kind."""
+    found: dict[str, list[float]] = {}
+    for name, seconds in re.findall(r"^\[\d+/\d+\] (\S+): .*\(([\d.]+) s\)$", printed, re.M):
+        found.setdefault(kinds[name][0], []).append(float(seconds))
+    return found
+
+
+def slowest_correct_test(out: Path, kinds: dict[str, tuple[str, str | None]]) -> tuple[str, float]:
+    """The longest any test of a correct submission took, and which."""
+    durations = [(t["duration"], t["name"]) for name, (kind, _) in kinds.items() if kind == "correct"
+                 for t in json.loads((out / f"{name}.json").read_text())["tests"]]
+    seconds, name = max(durations)
+    return name, seconds
 
 
 def wrong_verdicts(out: Path, kinds: dict[str, tuple[str, str | None]]) -> list[str]:
@@ -109,13 +129,18 @@ def main() -> int:
         root = Path(tmp)
         kinds = make_class(root / "subs", counts)
         paths = [root / "subs" / name for name in kinds]
-        whole = grade(paths, root / "all", args.jobs)
+        whole, printed = grade(paths, root / "all", args.jobs)
         wrong = wrong_verdicts(root / "all", kinds)
+        slowest = slowest_correct_test(root / "all", kinds)
         correct = [p for p in paths if kinds[p.name][0] == "correct"]
-        alone = grade(correct, root / "correct", args.jobs)
+        alone, _ = grade(correct, root / "correct", args.jobs)
     print(f"ol grade, {len(paths)} submissions ({', '.join(f'{n} {k}' for k, n in counts.items())}), "
           f"--jobs {args.jobs}: {whole:.0f} s")
     print(f"the {len(correct)} correct ones alone: {alone:.0f} s; ratio {whole / alone:.2f}")
+    print(next((line for line in printed.splitlines() if line.startswith("The reference passes")), ""))
+    for kind, times in seconds_by_kind(printed, kinds).items():
+        print(f"  {kind}: {len(times)} submissions, {sum(times):.0f} s in all, {max(times):.1f} s the longest")
+    print(f"  the slowest test of a correct submission: {slowest[0]}, {slowest[1]:.2f} s")
     print(f"wrong verdicts: {len(wrong)}")
     for line in wrong:
         print(f"  {line}")

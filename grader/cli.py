@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--jobs", type=int, default=2, metavar="N", help="submissions graded at once (default 2)")
     grade.add_argument("--out", metavar="DIR", help="where grades.csv and the JSON files go (default ./grades)")
     grade.add_argument("--ref-deps", action="store_true", help="take the modules this one needs from the reference")
-    grade.add_argument("--timeout", type=float, metavar="S", help="seconds each test may run (default: the module's)")
+    grade.add_argument("--timeout", type=float, metavar="S", help="seconds each test may run (default: 10 times the reference's time for that test here, at least 2 s, at most the module's)")
     grade.add_argument("--limit", type=float, metavar="S", help="seconds one submission's whole check may run (default: 4 times the reference's, 30 to 60)")
 
     export = verbs.add_parser("export", help="for instructors: a module's autograder for Gradescope or PrairieLearn",

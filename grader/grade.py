@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import math
 import os
 import queue
 import shutil
@@ -36,6 +37,15 @@ CSV_HEADER = ["submission", "score", "max_score", "status", "failed_tests", "hin
 DEFAULT_LIMIT = 60.0
 MIN_LIMIT = 30.0
 CALIBRATION_FACTOR = 4.0
+# Each test, unless --timeout says otherwise: TEST_FACTOR times the reference's time for that test
+# in the same calibration, at least TEST_FLOOR and at most the catalog's timeout. Honest submissions
+# graded two at a time on a busy machine took up to 3.5 times the reference's time alone: a
+# bound of 10 times leaves them about 3 times that, and the floor covers the tests the reference
+# does in milliseconds.
+TEST_FACTOR = 10.0
+TEST_FLOOR = 2.0
+# Where the judge of an isolated check reads each test's own timeout (JSON: test name -> seconds).
+TEST_TIMEOUTS_ENV = "OL_TEST_TIMEOUTS"
 # Beyond the check: assembling, the diagnosis of failed tests, writing the results.
 WORKER_MARGIN = 120.0
 REPO = Path(__file__).resolve().parents[1]
@@ -75,7 +85,8 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     for _ in range(jobs):
         slots.put(claim())
     started = time.monotonic()
-    limit = limit or calibrate(catalog, module, slots.queue[0], ref_deps, timeout)
+    bounds = Bounds(limit, {}) if limit and timeout else calibrate(catalog, module, slots.queue[0], ref_deps, timeout)
+    limit = limit or bounds.limit
     progress = _Progress(len(paths))
     stopping = threading.Event()
 
@@ -84,7 +95,7 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
         slot = slots.get()
         try:
             progress.begin()
-            graded = grade_in_worker(module.id, path, name, slot, ref_deps, timeout, limit)
+            graded = grade_in_worker(module.id, path, name, slot, ref_deps, timeout, limit, tests=bounds.tests)
         finally:
             slots.put(slot)
         if stopping.is_set():
@@ -114,9 +125,16 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     return 3 if any(g.results.get("grader_error") for g in graded) else 0
 
 
-def calibrate(catalog: Catalog, module: Module, box: Sandbox, ref_deps: bool, timeout: float | None) -> float:
-    """Grade the reference first: this machine must pass it, and its time sets each submission's
-    bound (``CALIBRATION_FACTOR`` times it, within ``MIN_LIMIT``..``DEFAULT_LIMIT`` s)."""
+@dataclass
+class Bounds:
+    limit: float                 # seconds for one submission's whole check
+    tests: dict[str, float]      # seconds for each test (empty: --timeout or the catalog's, for every test)
+
+
+def calibrate(catalog: Catalog, module: Module, box: Sandbox, ref_deps: bool, timeout: float | None) -> Bounds:
+    """Grade the reference first: this machine must pass it, and its times set each submission's
+    bounds (the whole check: ``CALIBRATION_FACTOR`` times it, within ``MIN_LIMIT``..``DEFAULT_LIMIT``
+    s; each test: :func:`per_test_timeouts`, unless ``timeout`` is given)."""
     print(f"Checking the reference's {module.id} here first ...", flush=True)
     with tempfile.TemporaryDirectory(prefix="ol-grade-ref-") as tmp:
         package = Path(tmp) / "reference" / "tinyllm"
@@ -132,9 +150,20 @@ def calibrate(catalog: Catalog, module: Module, box: Sandbox, ref_deps: bool, ti
         why = graded.results.get("message") or f"{', '.join(failed[:3])} failed"
         raise GraderError(f"the reference does not pass {module.id} on this machine ({why}); nothing was graded")
     limit = min(DEFAULT_LIMIT, max(MIN_LIMIT, CALIBRATION_FACTOR * graded.seconds))
-    print(f"The reference passes in {graded.seconds:.1f} s; each submission's check is bounded by {limit:.0f} s "
-          "(--limit to change).", flush=True)
-    return limit
+    tests = {} if timeout else per_test_timeouts(graded.results, module.timeout)
+    each = (f"each test by {min(tests.values()):g} to {max(tests.values()):g} s ({TEST_FACTOR:g} times the reference's, "
+            f"at least {TEST_FLOOR:g} s, at most the catalog's {module.timeout:g} s)" if tests else
+            f"each test by {timeout or module.timeout:g} s")
+    print(f"The reference passes in {graded.seconds:.1f} s; each submission's check is bounded by {limit:.0f} s, "
+          f"{each} (--limit, --timeout to change).", flush=True)
+    return Bounds(limit, tests)
+
+
+def per_test_timeouts(results: dict, ceiling: float) -> dict[str, float]:
+    """Each test's timeout from the reference's time for it: ``TEST_FACTOR`` times it, within
+    ``TEST_FLOOR``..``ceiling`` seconds (rounded up to a tenth)."""
+    return {t["name"]: min(ceiling, max(TEST_FLOOR, math.ceil(10 * TEST_FACTOR * float(t.get("duration") or 0)) / 10))
+            for t in results.get("tests", [])}
 
 
 def _submissions(given: list[str]) -> list[Path]:
@@ -160,7 +189,7 @@ def _unique_names(paths: list[Path]) -> list[str]:
 
 
 def grade_in_worker(module_id: str, path: Path, name: str, box: Sandbox, ref_deps: bool, timeout: float | None,
-                    limit: float, hints: bool = True) -> Graded:
+                    limit: float, hints: bool = True, tests: dict[str, float] | None = None) -> Graded:
     """One submission graded by ``python -m grader.submission`` in the sandbox ``box``, bounded from here too."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ol-grade-out-") as tmp:
@@ -174,6 +203,8 @@ def grade_in_worker(module_id: str, path: Path, name: str, box: Sandbox, ref_dep
         if timeout:
             command += ["--timeout", str(timeout)]
         env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+        if tests:
+            env[TEST_TIMEOUTS_ENV] = json.dumps(tests)
         child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, start_new_session=True)
         _WORKERS.add(child)

@@ -6,11 +6,14 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import zipfile
 from pathlib import Path
 
 from ol_helpers import REFERENCE, ROOT, daemons_left, ol
+
+from grader.grade import per_test_timeouts
 
 STUB = ROOT / "course" / "stubs" / "L10.8" / "spec.py"
 MARKER = "ol-grade-test-daemon-7f3a"
@@ -27,9 +30,14 @@ HOSTILE = {
 }
 
 
+def slowed(seconds: float) -> str:
+    """Appended to the reference's spec.py: every draft of prompt_lookup takes ``seconds`` longer."""
+    return ("\n_prompt_lookup = prompt_lookup\n\n\ndef prompt_lookup(*args, **kwargs):\n"
+            f"    import time\n    time.sleep({seconds})\n    return _prompt_lookup(*args, **kwargs)\n")
+
+
 # Every draft takes a second: tests time out one after another until the whole check's bound.
-SLOW = ("\n_prompt_lookup = prompt_lookup\n\n\ndef prompt_lookup(*args, **kwargs):\n"
-        "    import time\n    time.sleep(1)\n    return _prompt_lookup(*args, **kwargs)\n")
+SLOW = slowed(1)
 
 
 def spec_with(prefix: str) -> str:
@@ -143,6 +151,27 @@ def test_points_come_from_the_catalog(tmp_path):
     row = list(csv.reader((out / "grades.csv").open()))[1]
     # prompt_lookup's two tests pass: the hand example's 5 points and the recorded contexts' 1.
     assert row[1:4] == ["6", "24", "fail"], row
+
+
+def test_each_test_is_bounded_from_the_reference(tmp_path):
+    """Without --timeout each test gets 10 times the reference's time, at least 2 s: a prompt_lookup
+    that takes half a second per call fails the hand example (8 calls), which the catalog's 10 s allow."""
+    sleepy = make_folder(tmp_path / "subs", "sleepy", (REFERENCE / "spec.py").read_text() + slowed(0.5))
+    out = tmp_path / "out"
+    ran = ol("grade", "L10.8", str(sleepy), "--ref-deps", "--out", str(out), "--limit", "30", limit=300)
+    assert ran.code == 0, ran.text
+    assert re.search(r"each test by 2 to [\d.]+ s \(10 times the reference's, at least 2 s, at most the catalog's 10 s\)",
+                     ran.out), ran.out
+    tests = {t["name"]: t for t in json.loads((out / "sleepy.json").read_text())["tests"]}
+    hand = tests["hand_example_prompt_lookup"]
+    assert hand["status"] != "pass" and "timed out after 2 s" in hand["message"], hand
+    assert tests["config_parses_runtime_values"]["status"] == "pass"
+
+
+def test_per_test_timeouts_rule():
+    results = {"tests": [{"name": "quick", "duration": 0.003}, {"name": "medium", "duration": 0.44},
+                         {"name": "long", "duration": 1.5}]}
+    assert per_test_timeouts(results, 10.0) == {"quick": 2.0, "medium": 4.4, "long": 10.0}
 
 
 def _prompt_lookup_source() -> str:
