@@ -6,18 +6,20 @@ Two questions, each measured in one run:
    that repeat their prompt (code, quote, json), at temperature 0, a chain from prompt lookup and a
    suffix tree (several earlier occurrences of the suffix, merged into a trie) each feed at most
    ``k`` draft nodes plus the pending token per target pass. Reported: tokens per verifying pass
-   (the prompt's own pass left out), nodes fed per pass, acceptance.
+   (the prompt's own pass left out), nodes fed per pass, acceptance; which of the chain's misses a
+   tree from the text could have held; and the wall-clock speed-up of both, since a tree pass costs
+   more than a chain pass of as many nodes (siblings need gemms of their own).
 2. The draft model at temperature 0.8 on free prose, where prompt lookup has little to copy:
    wall-clock speed-up over no speculation for the distilled draft llama
    (``fixtures/model/draft_llama.npz``) and for prompt lookup, each the sum over (prompt, seed) of
    the median of interleaved repeats, over the same sum for no speculation. Beside it, the draft's
    measured cost per proposed token against one target pass ``c``, its acceptance ``a`` and the
-   predicted speed-up ``(1 - a^(k+1)) / ((1 - a)(k c + 1))``.
+   predicted speed-up ``(1 - a^(k+1)) / ((1 - a)(k c + 1))``; then single passes timed alone.
 
 Greedy output with a tree and with the draft model must equal plain greedy output on every
 workload and k: the script exits with status 1 otherwise. The draft model runs its passes with
 ``batch_invariant = False`` (one plain gemm per matmul): a draft needs to be deterministic, not
-bitwise equal across batch shapes, and that halves its cost per pass.
+bitwise equal across batch shapes, and that makes its pass about 40% cheaper.
 
     python bench/trees.py --quick        # CI, under 2 minutes
     python bench/trees.py                # more k, prompts and repeats
