@@ -34,7 +34,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "oracle"))
 
-from train_tiny_llama import (HELD_OUT, Mirror, batch_of, corpus, numpy_logits, optimizer,  # noqa: E402
+from train_tiny_llama import (HELD_OUT, Mirror, batch_of, corpus, export, optimizer,  # noqa: E402
                               training_args)
 
 from tinyllm.model import LlamaConfig, TinyLlama  # noqa: E402
@@ -107,16 +107,7 @@ def main() -> None:
     minutes = (time.perf_counter() - began) / 60
 
     student.eval()
-    draft = TinyLlama(CONFIG, student.numpy_weights())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    draft.save(args.out)
-    reloaded = TinyLlama.load(args.out)
-    held_out = list(HELD_OUT.read_bytes()[: args.length])
-    with torch.no_grad():
-        reference = student(torch.tensor([held_out]))[0].numpy()
-    diff = float(np.abs(numpy_logits(reloaded, held_out) - reference).max())
-    if diff > 1e-3:
-        raise SystemExit(f"numpy logits differ from torch's by {diff:.2e}: the mirror is wrong")
+    diff = export(student, args.out, args.length)
     report = {
         "config": CONFIG.__dict__, "teacher": TEACHER.name,
         "teacher_sha256": hashlib.sha256(TEACHER.read_bytes()).hexdigest(), "files": len(names),

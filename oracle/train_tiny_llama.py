@@ -152,6 +152,21 @@ def numpy_logits(model: TinyLlama, ids: list[int]) -> np.ndarray:
     return model.forward(pool, [table] * len(ids), list(range(len(ids))), ids)
 
 
+def export(model: Mirror, out: Path, length: int) -> float:
+    """Save the mirror's weights as a TinyLlama .npz; return the largest logit difference between
+    the reloaded numpy model and torch on the first ``length`` held-out bytes (exit above 1e-3)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    TinyLlama(model.c, model.numpy_weights()).save(out)
+    reloaded = TinyLlama.load(out)
+    held_out = list(HELD_OUT.read_bytes()[:length])
+    with torch.no_grad():
+        reference = model(torch.tensor([held_out]))[0].numpy()
+    diff = float(np.abs(numpy_logits(reloaded, held_out) - reference).max())
+    if diff > 1e-3:
+        raise SystemExit(f"numpy logits differ from torch's by {diff:.2e}: the mirror is wrong")
+    return diff
+
+
 def training_args(description: str, steps: int, share: float, out: Path) -> argparse.Namespace:
     """The command line of a training script (this one and ``train_draft_llama.py``)."""
     ap = argparse.ArgumentParser(description=description)
@@ -206,16 +221,7 @@ def main() -> None:
 
     model.eval()
     valid_bpb = bits_per_byte(model, valid_arr[:200_000], args.length)
-    tiny = TinyLlama(CONFIG, model.numpy_weights())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tiny.save(args.out)
-    reloaded = TinyLlama.load(args.out)
-    held_out = list(HELD_OUT.read_bytes()[: args.length])
-    with torch.no_grad():
-        reference = model(torch.tensor([held_out]))[0].numpy()
-    diff = float(np.abs(numpy_logits(reloaded, held_out) - reference).max())
-    if diff > 1e-3:
-        raise SystemExit(f"numpy logits differ from torch's by {diff:.2e}: the mirror is wrong")
+    diff = export(model, args.out, args.length)
     digest = hashlib.sha256(args.out.read_bytes()).hexdigest()
     report = {
         "config": CONFIG.__dict__, "python": platform.python_version(), "files": len(names),
