@@ -172,6 +172,12 @@ def test_tree_rounds_then_keep_path_equal_a_fresh_run(model):
         assert_blocks_match(target)
         assert pool.num_free() == pool.num_blocks - len(target.table)
     assert np.array_equal(target.extend([kept[-1]])[0], fresh_rows(model, kept)[-1])
+    # keep_path indexed the full blocks it kept: a second request reads their compacted K/V
+    second = RunnerTarget(model, pool, prefix_cache=True)
+    rows = second.extend(kept)
+    assert second.table[:len(kept) // BT] == target.table[:len(kept) // BT]
+    assert np.array_equal(np.stack(rows), fresh_rows(model, kept))
+    second.release()
     target.release()
     assert pool.num_free() == pool.num_blocks
 
