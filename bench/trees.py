@@ -53,6 +53,10 @@ DRAFT_WEIGHTS = ROOT / "fixtures" / "model" / "draft_llama.npz"
 SAMPLED = 0.8
 FED = 16     # the summary's budget: the pending token and 15 draft nodes, one 16-row gemm per pass
 K_MODEL = 3  # the summary's draft length for the draft model
+# Tokens per pass of chain and tree are counted over outputs this long: the longer the output, the
+# more of it repeats what came before it, and the more earlier occurrences a tree can hold (the
+# full run prints the ratio at shorter lengths too).
+TREE_MAX_NEW = 256
 K_LOOKUP = 4
 
 
@@ -141,18 +145,19 @@ def check_greedy(name: str, workload: str, p: int, k: int, run: Run, plain: Run)
 
 
 def trees_vs_chains(model: TinyLlama, draft_model: TinyLlama, ks: list[int], prompts_per: int,
-                    max_new: int) -> tuple[list[dict], dict]:
+                    max_new: int, drafts=("chain", "tree", "model"), workloads=REPETITIVE + ("prose",)
+                    ) -> tuple[list[dict], dict]:
     """Tokens per pass of chain and tree (and the greedy draft model) at each k, temperature 0;
     and the greedy text (prompt and output) of every repetitive prompt."""
     rows, texts = [], {}
-    for name in REPETITIVE + ("prose",):
+    for name in workloads:
         for p, text in enumerate(WORKLOADS[name][:prompts_per]):
             prompt = list(text.encode())
             plain = run_once(model, NoDraft(), prompt, 0.0, 0, max_new)
             if name in REPETITIVE:
                 texts[(name, p)] = (prompt, plain.tokens)
             for k in ks:
-                for draft in ("chain", "tree", "model"):
+                for draft in drafts:
                     run = run_once(model, drafter_for(draft, k, draft_model, 0.0, 0), prompt, 0.0, 0, max_new)
                     check_greedy(draft, name, p, k, run, plain)
                     rows.append({"workload": name, "prompt": p, "k": k, "draft": draft,
@@ -337,11 +342,18 @@ def main() -> None:
     draft_model.batch_invariant = False
     began = time.perf_counter()
     if args.quick:
-        ks, prompts_per, max_new, seeds, repeats, k_models = [7, 15], 1, 64, 3, 3, [2, 3]
+        ks, prompts_per, max_new, seeds, repeats, k_models = [FED - 1], 1, 64, 3, 3, [2, 3]
     else:
         ks, prompts_per, max_new, seeds, repeats, k_models = [3, 7, 11, 15], 2, 96, 5, 5, [1, 2, 3, 4, 6]
-    rows, texts = trees_vs_chains(model, draft_model, ks, prompts_per, max_new)
+    print(f"Chain and tree over {TREE_MAX_NEW} emitted bytes per prompt:")
+    rows, texts = trees_vs_chains(model, draft_model, ks, prompts_per, TREE_MAX_NEW)
     print_tree_table(rows, ks)
+    if not args.quick:
+        for length in (64, 128):
+            short, _ = trees_vs_chains(model, draft_model, [FED - 1], prompts_per, length, ("chain", "tree"), REPETITIVE)
+            c, tr = per_pass(short, "chain", FED - 1, REPETITIVE), per_pass(short, "tree", FED - 1, REPETITIVE)
+            print(f"over {length} emitted bytes, k={FED - 1}: chain {c['tokens_per_pass']:.2f}, tree "
+                  f"{tr['tokens_per_pass']:.2f} tokens per pass ({tr['tokens_per_pass'] / c['tokens_per_pass']:.2f}x)")
     misses = chain_misses(texts, FED - 1)
     print(f"prompt lookup chain, k={FED - 1}, replayed on the greedy text: {misses['missed']} of {misses['rounds']} "
           f"rounds end on a rejected token; the wanted byte followed an earlier occurrence of the last 2-3 "
@@ -361,7 +373,8 @@ def main() -> None:
           f"{costs['draft_1_ms']:.3f} ms feeding 1 ({costs['draft_over_target_4']:.2f} of the target's 4-id pass)")
     drafts["pass_costs"] = costs
     args.out.mkdir(parents=True, exist_ok=True)
-    report = {"quick": args.quick, "ks": ks, "max_new": max_new, "seeds": seeds, "repeats": repeats,
+    report = {"quick": args.quick, "ks": ks, "max_new": max_new, "tree_max_new": TREE_MAX_NEW, "seeds": seeds,
+              "repeats": repeats,
               "seconds": time.perf_counter() - began, "trees": rows, "chain_misses": misses, "tree_clock": clock,
               "draft_model": drafts}
     (args.out / "trees.json").write_text(json.dumps(report, indent=2) + "\n")
