@@ -528,6 +528,7 @@ def cases_hand_example_compaction():
                       "freed": []}),
         compact_case("a path that does not start at the root", 4, [4, 4], [1, 2], raises("TreeError")),
         compact_case("a path that goes back", 4, [4, 4], [0, 3, 2], raises("TreeError")),
+        compact_case("a node one past the table's last slot", 4, [4, 4], [0, 4], raises("TreeError")),
     ]
 
 
@@ -594,8 +595,8 @@ def test_blocks_conserved_across_tree_rounds():
 # --- 2.5 Generation ---------------------------------------------------------------------------------
 
 GEN_PROMPTS = [[1, 2, 3, 4, 5, 6], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], [7, 7, 2, 7, 7, 2, 7, 7, 2]]
-LOOP_RULE = ("card 2.5: feed the prompt but its last token, then one tree of at most max_new - emitted - 1 "
-             "nodes per round; keep_path(start, path[:emitted]) after handing the tokens over")
+LOOP_RULE = ("card 2.5: feed the prompt but its last token, then one tree of at most max_new - len(emitted so far) "
+             "- 1 nodes per round; keep_path(start, path[:e]) with e the tokens handed over in this round")
 CYCLE = [1, 2, 3, 4, 5, 0, 0, 0]
 CYCLE_PROMPT = [0, 1, 2, 3, 4, 5, 0, 1]
 

@@ -405,10 +405,12 @@ def generate_tree(target: TreeTarget, drafter: Drafter, prompt: Sequence[int], p
     """L10.8's loop with trees: one ``extend_tree`` per round, then ``keep_path`` (section 2.5).
 
     The prompt but its last token is fed first with ``extend`` (a pass of its own); every round
-    then asks the drafter for a tree of at most ``max_new - emitted - 1`` nodes below the pending
-    token, feeds it, verifies it with the request's one generator ``stream(seed)``, hands the
-    tokens to ``on_token`` (None: never stop), and keeps the root and the first ``emitted - 1``
-    accepted nodes. ``drafted`` counts nodes below the root, ``accepted`` the accepted path's.
+    then asks the drafter for a tree of at most ``max_new - len(emitted so far) - 1`` nodes below the
+    pending token, feeds it, verifies it with the request's one generator ``stream(seed)``, hands
+    the round's tokens to ``on_token`` (None: never stop), and keeps ``path[:e]``: the root and the
+    first ``e - 1`` accepted nodes, ``e`` the tokens handed over in this round (fewer than the
+    round's when a stop ends it). ``drafted`` counts nodes below the root, ``accepted`` the
+    accepted path's.
     """
     if len(prompt) == 0:
         raise TreeError("prompt must hold at least one token")
