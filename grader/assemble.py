@@ -39,14 +39,15 @@ def require_files(catalog: Catalog, module: Module, ws: Workspace, ref_deps: boo
                              f"run: ol {verb} {module.id} --ref-deps")
 
 
-def plan(catalog: Catalog, module: Module, ws: Workspace, ref_deps: bool) -> list[Source]:
-    """Where each file of the assembled package comes from, in a stable order."""
+def plan(catalog: Catalog, module: Module, ws: Workspace, ref_deps: bool, why_reference: str = "--ref-deps") -> list[Source]:
+    """Where each file of the assembled package comes from, in a stable order (``why_reference``:
+    why the modules ``module`` needs come from the reference, when ``ref_deps``)."""
     reference = catalog.reference / "tinyllm"
     sources = {f: Source(f, ws.learner_file(f), "your workspace", module.id) for f in module.learner_files}
     for dep in catalog.needs_of(module):
         for f in dep.learner_files:
             if ref_deps:
-                sources.setdefault(f, Source(f, reference / f, "reference", f"{dep.id}, --ref-deps"))
+                sources.setdefault(f, Source(f, reference / f, "reference", f"{dep.id}, {why_reference}"))
             else:
                 sources.setdefault(f, Source(f, ws.learner_file(f), "your workspace", f"{dep.id}, needed"))
     for m in [module, *catalog.needs_of(module)]:

@@ -100,7 +100,9 @@ def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
 
     ``verbose`` also prints pytest's own report of each failure (tracebacks, assertion details).
     ``isolate`` runs the learner's code in a sandboxed process of its own (:mod:`grader.isolation`),
-    as ``ol grade`` and the platform exports do: slower, and a verdict the code cannot forge.
+    as ``ol grade`` and the platform exports do: slower, and a verdict the code cannot forge. It
+    grades the module alone: the modules it needs come from the reference (their objects, a
+    ``KvPool`` the given model writes into, must live where the suite's given code runs).
 
     Usage problems raise :class:`UsageError` (exit 2), a grader that cannot run
     :class:`GraderError` (exit 3); with ``json_path`` either is also written there as an error.
@@ -116,9 +118,10 @@ def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
             raise UsageError(f"{module.id} is not started: {_names(missing)} not in {ws.package}. "
                              f"Run: ol start {module.id}")
         check_fixtures(module)
-        if not ref_deps:
+        if not ref_deps and not isolate:
             _require_needs(catalog, module, ws)
-        sources = assemble.plan(catalog, module, ws, ref_deps)
+        sources = assemble.plan(catalog, module, ws, ref_deps or isolate,
+                                "--ref-deps" if ref_deps else f"isolated: {module.id} alone is graded")
         fingerprint = assemble.digest(sources, module)
         print(f"Checking {module.id} ({module.title}) in {ws.root}")
         _print_sources(sources)

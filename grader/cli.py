@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", dest="json_path", metavar="FILE", help="also write per-test results to FILE (format: grader/README.md)")
     check.add_argument("-v", "--verbose", action="store_true", help="also print pytest's full report of each failure")
     check.add_argument("--isolate", action="store_true", help="run your code in a sandboxed process of its own, as ol grade does "
-                                                               "(slower; a verdict the code under test cannot forge)")
+                                                               "(slower; a verdict the code under test cannot forge; "
+                                                               "the modules this one needs come from the reference)")
 
     diff = verbs.add_parser("diff", parents=[where], help="the first cases where your answers differ from the reference's",
                             description="For each graded test (or those -k selects), show the first cases where your answers and the "

@@ -40,3 +40,16 @@ def test_a_hang_at_import_is_bounded_by_the_test_timeout(tmp_path):
     assert "0 of 20 tests passed" in ran.out, ran.out
     assert "importing tinyllm/spec.py took longer than 2 s" in ran.out, ran.out
     assert ran.seconds < 30, f"the check took {ran.seconds:.1f} s"
+
+
+def test_an_isolated_check_grades_the_module_alone(tmp_path):
+    """A workspace holding every module: the isolated check takes the modules L10.9 needs from the
+    reference (the given model writes K/V into a KvPool, which must live beside it), and says so."""
+    ws = tmp_path / "ws"
+    for module in ("L10.1", "L10.8", "L10.9"):
+        assert ol("start", module, "--workspace", str(ws)).code == 0
+    put_reference(ws, "pcg32.py", "sampling.py", "kvpool.py", "spec.py", "trees.py")
+    ran = ol("check", "L10.9", "--isolate", workspace=ws, limit=300)
+    assert ran.code == 0, ran.text
+    assert "17 of 17 tests passed" in ran.out, ran.out
+    assert "tinyllm/kvpool.py    reference (L10.1, isolated: L10.9 alone is graded)" in ran.out, ran.out
