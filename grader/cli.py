@@ -103,12 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     grade = verbs.add_parser("grade", help="for instructors: grade a class's submissions into grades.csv",
                              description="Grade submissions (folders or zip files holding tinyllm/), several at a time, "
                                          "each in a sandboxed process of its own; write grades.csv and one JSON per "
-                                         "submission. Submissions are never modified.")
+                                         "submission. Each module is graded alone: the modules it needs come from the "
+                                         "reference. Submissions are never modified.")
     grade.add_argument("module", help="a module id, e.g. L10.8")
     grade.add_argument("submissions", nargs="+", metavar="SUBMISSION", help="a folder or a zip file holding tinyllm/")
     grade.add_argument("--jobs", type=int, default=2, metavar="N", help="submissions graded at once (default 2)")
     grade.add_argument("--out", metavar="DIR", help="where grades.csv and the JSON files go (default ./grades)")
-    grade.add_argument("--ref-deps", action="store_true", help="take the modules this one needs from the reference")
     grade.add_argument("--timeout", type=float, metavar="S", help="seconds each test may run (default: 10 times the reference's time for that test here, at least 2 s, at most the module's)")
     grade.add_argument("--limit", type=float, metavar="S", help="seconds one submission's whole check may run (default: 4 times the reference's, 30 to 60)")
 
@@ -119,7 +119,6 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("platform", choices=["gradescope", "prairielearn"])
     export.add_argument("module", help="a module id, e.g. L10.8")
     export.add_argument("--out", metavar="PATH", help="the zip (Gradescope) or folder (PrairieLearn) to write")
-    export.add_argument("--ref-deps", action="store_true", help="grade over the reference's files of the modules it needs")
     export.add_argument("--timeout", type=float, metavar="S", help="seconds each test may run (default: the module's)")
     export.add_argument("--limit", type=float, metavar="S", help="seconds the whole check may run (default 60; PrairieLearn 20)")
     export.add_argument("--no-hints", action="store_true", help="no pitfall hints (skips computing the pitfalls' answers now)")
@@ -151,10 +150,10 @@ def dispatch(args: argparse.Namespace) -> int:
         return lab(args.workspace, args.jupyter_args, args.dry_run)
     if args.verb == "grade":
         from grader.grade import grade
-        return grade(args.module, args.submissions, args.jobs, args.out, args.ref_deps, args.timeout, args.limit)
+        return grade(args.module, args.submissions, args.jobs, args.out, args.timeout, args.limit)
     if args.verb == "export":
         from grader.export import export
-        return export(args.platform, args.module, args.out, args.ref_deps, args.timeout, args.limit, not args.no_hints)
+        return export(args.platform, args.module, args.out, args.timeout, args.limit, not args.no_hints)
     from grader.mutants import mutants
     return mutants(args.module, args.jobs)
 

@@ -78,7 +78,7 @@ exec "$PY" -B -m grader.export run prairielearn --config "$HERE/ol-export.json"
 """
 
 
-def export(platform: str, module_id: str, out: str | None = None, ref_deps: bool = False,
+def export(platform: str, module_id: str, out: str | None = None,
            timeout: float | None = None, limit: float | None = None, hints: bool = True) -> int:
     """Write the autograder for ``platform``; 0 on success."""
     if platform not in PLATFORMS:
@@ -89,7 +89,7 @@ def export(platform: str, module_id: str, out: str | None = None, ref_deps: bool
     for value, flag in ((timeout, "--timeout"), (limit, "--limit")):
         if value is not None and not value > 0:
             raise UsageError(f"{flag} must be a positive number of seconds, got {value:g}")
-    config = {"module": module.id, "ref_deps": ref_deps, "timeout": timeout, "hints": hints,
+    config = {"module": module.id, "timeout": timeout, "hints": hints,
               "limit": limit or (PRAIRIELEARN_LIMIT if platform == "prairielearn" else DEFAULT_LIMIT)}
     with tempfile.TemporaryDirectory(prefix="ol-export-") as tmp:
         root = Path(tmp) / "autograder"
@@ -169,8 +169,8 @@ def run_platform(platform: str, config_path: Path) -> int:
         submission, results_path = base / "student", base / "results" / "results.json"
     module = load_catalog().get(config["module"])
     try:
-        results = grade_in_worker(module.id, submission, submission.name, claim(), bool(config.get("ref_deps")),
-                                  config.get("timeout"), float(config["limit"]), bool(config.get("hints", True))).results
+        results = grade_in_worker(module.id, submission, submission.name, claim(), config.get("timeout"),
+                                  float(config["limit"]), bool(config.get("hints", True))).results
     except Exception as err:  # ol failed, not the submission: say so rather than leave no results
         results = {"status": "error", "message": f"the grader failed: {type(err).__name__}: {err}", "tests": [],
                    "score": 0.0, "max_score": sum(t.points for t in module.tests), "hint": "", "grader_error": True}

@@ -66,7 +66,7 @@ class Graded:
                 ";".join(failed), " ".join(hint.split())]
 
 
-def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None = None, ref_deps: bool = False,
+def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None = None,
           timeout: float | None = None, limit: float | None = None) -> int:
     """Grade every submission; 0 when each was graded (whatever its score), 3 when ol itself failed on one."""
     catalog = load_catalog()
@@ -85,7 +85,7 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     for _ in range(jobs):
         slots.put(claim())
     started = time.monotonic()
-    bounds = Bounds(limit, {}) if limit and timeout else calibrate(catalog, module, slots.queue[0], ref_deps, timeout)
+    bounds = Bounds(limit, {}) if limit and timeout else calibrate(catalog, module, slots.queue[0], timeout)
     limit = limit or bounds.limit
     progress = _Progress(len(paths))
     stopping = threading.Event()
@@ -95,7 +95,7 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
         slot = slots.get()
         try:
             progress.begin()
-            graded = grade_in_worker(module.id, path, name, slot, ref_deps, timeout, limit, tests=bounds.tests)
+            graded = grade_in_worker(module.id, path, name, slot, timeout, limit, tests=bounds.tests)
         finally:
             slots.put(slot)
         if stopping.is_set():
@@ -131,7 +131,7 @@ class Bounds:
     tests: dict[str, float]      # seconds for each test (empty: --timeout or the catalog's, for every test)
 
 
-def calibrate(catalog: Catalog, module: Module, box: Sandbox, ref_deps: bool, timeout: float | None) -> Bounds:
+def calibrate(catalog: Catalog, module: Module, box: Sandbox, timeout: float | None) -> Bounds:
     """Grade the reference first: this machine must pass it, and its times set each submission's
     bounds (the whole check: ``CALIBRATION_FACTOR`` times it, within ``MIN_LIMIT``..``DEFAULT_LIMIT``
     s; each test: :func:`per_test_timeouts`, unless ``timeout`` is given)."""
@@ -139,12 +139,10 @@ def calibrate(catalog: Catalog, module: Module, box: Sandbox, ref_deps: bool, ti
     with tempfile.TemporaryDirectory(prefix="ol-grade-ref-") as tmp:
         package = Path(tmp) / "reference" / "tinyllm"
         package.mkdir(parents=True)
-        files = list(module.learner_files) + ([] if ref_deps else [f for dep in catalog.needs_of(module)
-                                                                       for f in dep.learner_files])
-        for name in files:
+        for name in module.learner_files:
             shutil.copyfile(catalog.reference / "tinyllm" / name, package / name)
         bound = run_limit(module, timeout or module.timeout)
-        graded = grade_in_worker(module.id, package.parent, "reference", box, ref_deps, timeout, bound, hints=False)
+        graded = grade_in_worker(module.id, package.parent, "reference", box, timeout, bound, hints=False)
     if graded.results.get("status") != "pass":
         failed = [t["name"] for t in graded.results.get("tests", []) if t.get("status") != "pass"]
         why = graded.results.get("message") or f"{', '.join(failed[:3])} failed"
@@ -188,7 +186,7 @@ def _unique_names(paths: list[Path]) -> list[str]:
     return names
 
 
-def grade_in_worker(module_id: str, path: Path, name: str, box: Sandbox, ref_deps: bool, timeout: float | None,
+def grade_in_worker(module_id: str, path: Path, name: str, box: Sandbox, timeout: float | None,
                     limit: float, hints: bool = True, tests: dict[str, float] | None = None) -> Graded:
     """One submission graded by ``python -m grader.submission`` in the sandbox ``box``, bounded from here too."""
     started = time.monotonic()
@@ -196,8 +194,6 @@ def grade_in_worker(module_id: str, path: Path, name: str, box: Sandbox, ref_dep
         out = Path(tmp) / "results.json"
         command = [sys.executable, "-B", "-m", "grader.submission", module_id, str(path.resolve()), str(out),
                    "--sandbox", box.to_env(), "--limit", str(limit)]
-        if ref_deps:
-            command.append("--ref-deps")
         if not hints:
             command.append("--no-hints")
         if timeout:

@@ -169,6 +169,11 @@ TEST_TIMEOUTS_ENV = "OL_TEST_TIMEOUTS"    # optional JSON {test name: seconds}, 
 _DEADLINE: float | None = None           # when the running test's time is up (monotonic seconds)
 _SECONDS: float | None = None            # the running test's time
 _TIMED_OUT: str | None = None            # why the running test ended, once it has timed out
+_TEST: str = ""                          # the running test's name
+# The learner's functions that did not return in time, and why: a later call to one fails at once
+# instead of costing its test's whole time again (the check of a submission that hangs in one
+# function stays short; the function must be fixed anyway).
+_HUNG: dict[str, str] = {}
 
 
 def test_timeout(name: str | None = None) -> float | None:
@@ -187,12 +192,15 @@ def start_clock(seconds: float | None) -> None:
     _SECONDS, _TIMED_OUT = seconds, None
 
 
-def _timed_out(session: "_Session", seconds: float) -> LearnerTimedOut:
+def _timed_out(session: "_Session", seconds: float, function: str | None) -> LearnerTimedOut:
     global _TIMED_OUT
     session.kill()
     if _TIMED_OUT is None:
-        _TIMED_OUT = (f"timed out after {seconds:g} s: the code under test did not answer "
-                      "(an endless loop, or far slower than the reference?)")
+        what = f"{function} did not return" if function else "the code under test did not answer"
+        _TIMED_OUT = f"timed out after {seconds:g} s: {what} (an endless loop, or far slower than the reference?)"
+        if function:
+            _HUNG.setdefault(function, f"timed out earlier: {function} did not return within {seconds:g} s in "
+                                       f"{_TEST}, so it is not called again in this check")
     return LearnerTimedOut(_TIMED_OUT)
 
 
@@ -213,12 +221,19 @@ def pytest_unconfigure(config) -> None:
 
 
 def pytest_runtest_setup(item) -> None:
-    start_clock(test_timeout(item.name.removeprefix("test_")))
+    global _TEST
+    _TEST = getattr(item, "originalname", item.name).removeprefix("test_")
+    # A learner's process killed by the last test starts again before this test's time runs.
+    _session()._remote()
+    start_clock(test_timeout(_TEST))
 
 
-def _reply(call, *args) -> dict:
+def _reply(call, *args, function: str | None = None) -> dict:
+    """The learner's process's answer to one request (``function``: the learner's function it calls)."""
     if _TIMED_OUT is not None:
         raise LearnerTimedOut(_TIMED_OUT)
+    if function in _HUNG:
+        raise LearnerTimedOut(_HUNG[function])
     session = _session()
     # Outside a test (importing the learner's modules while pytest collects) each request gets the
     # default test time of its own.
@@ -229,7 +244,7 @@ def _reply(call, *args) -> dict:
     try:
         text = call(session, *args)
     except AsyncResultTimeout:
-        raise _timed_out(session, seconds) from None
+        raise _timed_out(session, seconds, function) from None
     except (EOFError, OSError) as err:
         if _TIMED_OUT is not None:
             raise LearnerTimedOut(_TIMED_OUT) from None
@@ -250,7 +265,7 @@ def invoke(op: str, spec: tuple, args=(), kwargs=None):
     """Run ``op`` (call, getattr, ...) on ``spec`` in the learner's process; the result, decoded."""
     args, kwargs = list(args), dict(kwargs or {})
     payload = _dumps((op, spec, args, kwargs))
-    data = _reply(lambda s, p: s.remote_invoke(p), payload)
+    data = _reply(lambda s, p: s.remote_invoke(p), payload, function=_function_of(op, spec))
     if "raise" in data:
         raise _exception(data["raise"])
     for key, state in data.get("after") or []:
@@ -258,10 +273,17 @@ def invoke(op: str, spec: tuple, args=(), kwargs=None):
     return decode(data.get("ok"))
 
 
+def _function_of(op: str, spec: tuple) -> str | None:
+    """The learner's function a request calls, by name (``spec.generate``), when it names one."""
+    if op == "call" and spec[0] == "path":
+        return f"{spec[1].rsplit('.', 1)[-1]}.{spec[2]}"
+    return None
+
+
 def invoke_each(spec: tuple, calls: list[tuple]) -> list:
     """Call ``spec`` with each argument tuple of ``calls`` in the learner's process, as a loop would."""
     calls = [(list(args), {}) for args in calls]
-    data = _reply(lambda s, p: s.remote_invoke(p), _dumps(("map", spec, calls, {})))
+    data = _reply(lambda s, p: s.remote_invoke(p), _dumps(("map", spec, calls, {})), function=_function_of("call", spec))
     for item in data.get("after") or []:
         if type(item) is list and len(item) == 2 and type(item[0]) is int and 0 <= item[0] < len(calls):
             args = calls[item[0]][0]

@@ -96,7 +96,7 @@ def _extract_package(archive: Path, package: Path) -> None:
             (package / name).write_bytes(data)
 
 
-def grade_one(module_id: str, submission: Path, ref_deps: bool, timeout: float | None, limit: float | None,
+def grade_one(module_id: str, submission: Path, timeout: float | None, limit: float | None,
               box: sandbox.Sandbox, hints: bool = True) -> dict:
     """The results of one submission (``ol check --json``'s format plus its score and hint)."""
     catalog = load_catalog()
@@ -108,14 +108,13 @@ def grade_one(module_id: str, submission: Path, ref_deps: bool, timeout: float |
         except (BadSubmission, OSError, zipfile.BadZipFile) as err:
             return _with_score(CheckResult.failed_to_run(module.id, f"{submission.name}: {err}", module))
         missing = ws.missing_files(module)
-        if not ref_deps:
-            missing += [f for dep in catalog.needs_of(module) for f in ws.missing_files(dep)]
         if missing:
             why = ", ".join(f"tinyllm/{f}" for f in missing)
-            hint = "" if ref_deps or not set(missing) - set(module.learner_files) else \
-                " (grade with --ref-deps to take the modules it needs from the reference)"
-            return _with_score(CheckResult.failed_to_run(module.id, f"missing from the submission: {why}{hint}", module))
-        sources = assemble.plan(catalog, module, ws, ref_deps)
+            return _with_score(CheckResult.failed_to_run(module.id, f"missing from the submission: {why}", module))
+        # Each module is graded alone: the modules it needs come from the reference (the given model
+        # writes K/V into their KvPool, which must live in the judge; and a mistake in L10.1 costs
+        # points in L10.1 only).
+        sources = assemble.plan(catalog, module, ws, True, f"{module.id} alone is graded")
         judge_impl, env = isolation.prepare(sources, Path(tmp) / "isolated", box)
         result, _ = evaluate(catalog, module, judge_impl, timeout, limit=limit, sandbox=box.judge(), env=env,
                              diagnose_failures=hints)
@@ -139,7 +138,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("submission", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--sandbox", default=None, help="the sandbox's user, as Sandbox.to_env writes it")
-    parser.add_argument("--ref-deps", action="store_true")
     parser.add_argument("--timeout", type=float)
     parser.add_argument("--limit", type=float)
     parser.add_argument("--no-hints", action="store_true")
@@ -149,7 +147,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _stop)
     box = sandbox.Sandbox.from_env(args.sandbox) if args.sandbox is not None else sandbox.claim()
     try:
-        results = grade_one(args.module, args.submission, args.ref_deps, args.timeout, args.limit, box,
+        results = grade_one(args.module, args.submission, args.timeout, args.limit, box,
                             hints=not args.no_hints)
     except OlError as err:
         results = {**CheckResult.failed_to_run(args.module, str(err)).as_json(), "score": 0.0, "max_score": 0.0,

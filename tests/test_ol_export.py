@@ -28,7 +28,7 @@ SUBMISSIONS = {
                 "    r._send({'event': 'collected', 'tests': []})\n    r._send({'event': 'end', 'exitstatus': 0})\n"
                 "print('All tests passed')\nos._exit(0)\n" + STUB),
 }
-OPTIONS = ("--ref-deps", "--no-hints", "--timeout", "8", "--limit", "40")
+OPTIONS = ("--no-hints", "--timeout", "8", "--limit", "40")
 GRADESCOPE_TOP = {"score", "execution_time", "output", "output_format", "test_output_format", "test_name_format",
                   "visibility", "stdout_visibility", "extra_data", "tests", "leaderboard"}
 GRADESCOPE_TEST = {"score", "max_score", "status", "name", "name_format", "number", "output", "output_format", "tags",

@@ -131,7 +131,7 @@ def test_hostile_battery_gets_no_point(tmp_path):
     subs = [workspace(tmp_path / "subs", name, attack + STUB) for name, attack in HOSTILE.items()]
     subs += [workspace(tmp_path / "subs", name, STUB + attack) for name, attack in HOSTILE_SUFFIX.items()]
     out = tmp_path / "out"
-    ran = ol("grade", "L10.8", *map(str, subs), "--ref-deps", "--jobs", "2", "--out", str(out), "--timeout", "2",
+    ran = ol("grade", "L10.8", *map(str, subs), "--jobs", "2", "--out", str(out), "--timeout", "2",
              "--limit", "20", limit=300)
     assert ran.code == 0, ran.text
     rows = list(csv.DictReader((out / "grades.csv").open()))

@@ -77,7 +77,7 @@ def test_grade_mixed_class(tmp_path):
     before = {p.name: tree_digest(p) if p.is_dir() else p.read_bytes() for p in everything}
 
     out = tmp_path / "out"
-    ran = ol("grade", "L10.8", *map(str, everything), "--ref-deps", "--jobs", "2", "--out", str(out),
+    ran = ol("grade", "L10.8", *map(str, everything), "--jobs", "2", "--out", str(out),
              "--timeout", "6", "--limit", "20", limit=300)
     assert ran.code == 0, ran.text
 
@@ -145,7 +145,7 @@ def test_points_come_from_the_catalog(tmp_path):
     stub = make_folder(tmp_path / "subs", "stub", STUB.read_text().replace(
         "def prompt_lookup", "def prompt_lookup_stub") + "\n" + _prompt_lookup_source())
     out = tmp_path / "out"
-    ran = ol("grade", "L10.8", str(stub), "--ref-deps", "--out", str(out), env={"OL_COURSE_ROOT": str(course)},
+    ran = ol("grade", "L10.8", str(stub), "--out", str(out), env={"OL_COURSE_ROOT": str(course)},
              limit=200)
     assert ran.code == 0, ran.text
     row = list(csv.reader((out / "grades.csv").open()))[1]
@@ -158,7 +158,7 @@ def test_each_test_is_bounded_from_the_reference(tmp_path):
     that takes half a second per call fails the hand example (8 calls), which the catalog's 10 s allow."""
     sleepy = make_folder(tmp_path / "subs", "sleepy", (REFERENCE / "spec.py").read_text() + slowed(0.5))
     out = tmp_path / "out"
-    ran = ol("grade", "L10.8", str(sleepy), "--ref-deps", "--out", str(out), "--limit", "30", limit=300)
+    ran = ol("grade", "L10.8", str(sleepy), "--out", str(out), "--limit", "30", limit=300)
     assert ran.code == 0, ran.text
     assert re.search(r"each test by 2 to [\d.]+ s \(10 times the reference's, at least 2 s, at most the catalog's 10 s\)",
                      ran.out), ran.out
