@@ -616,7 +616,12 @@ _IMPORTABLE = ("numpy", "copyreg", "builtins", "tinyllm", "grader")
 
 
 def _by_value(obj) -> bool:
-    """Whether ``obj`` is pickled as itself; anything else stays in the judge, passed by reference."""
+    """Whether ``obj`` is pickled as itself; anything else stays in the judge, passed by reference.
+
+    A ``tinyllm`` object goes by value (a pool, a generator, a config: the learner's code reads
+    and changes it, and the changes come back), except a target: the engine the learner's loop
+    drives (``RunnerTarget``) stays in the judge with its model and pool, as the suite's fakes do.
+    """
     kind = type(obj)
     if kind in _VALUES or isinstance(obj, (np.ndarray, np.generic, np.dtype, type, types.BuiltinFunctionType)):
         return True
@@ -624,7 +629,12 @@ def _by_value(obj) -> bool:
         return True
     if isinstance(obj, types.FunctionType):
         return (obj.__module__ or "").split(".")[0] in _IMPORTABLE and "<" not in obj.__qualname__
-    return (getattr(kind, "__module__", "") or "").startswith("tinyllm")
+    return (getattr(kind, "__module__", "") or "").startswith("tinyllm") and not _is_target(obj)
+
+
+def _is_target(obj) -> bool:
+    """Whether ``obj`` is a target (L10.8 section 2.5's protocol: cached, extend, truncate)."""
+    return all(callable(getattr(type(obj), name, None)) for name in ("cached", "extend", "truncate"))
 
 
 class _Pickler(pickle.Pickler):
