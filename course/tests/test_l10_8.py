@@ -726,6 +726,22 @@ def test_blocks_conserved_across_rollbacks():
                               "(drafted - accepted); the reference rejects over 1000 on the same requests")
 
 
+def judge_stream(function: str, same_key: str, differ: str, max_new: int = 25):
+    """What is wrong with a streamed answer: the listener heard other pairs than ``function``
+    returned, or not ``max_new`` of them, or the run without a listener gave other tokens."""
+    def judge(got, _expected) -> str | None:
+        if not isinstance(got, dict) or "heard" not in got:
+            return "not a stream"
+        if got["heard"] != got["returned"]:
+            return f"the listener heard other (token, logprob) pairs than {function} returned"
+        if len(got["heard"]) != max_new:
+            return f"the listener heard {len(got['heard'])} tokens, not max_new = {max_new}"
+        if not got[same_key]:
+            return differ
+        return None
+    return judge
+
+
 def cases_generate_stream_hands_over_each_token_and_stops_when_told():
     rule = ("card 2.5: every emitted token and its logprob go to on_token in order as soon as their round is "
             "verified; on_token answering a false value (False, None) ends generation at once; the target then keeps the "
@@ -743,21 +759,12 @@ def cases_generate_stream_hands_over_each_token_and_stops_when_told():
             return {"heard": heard, "returned": [[int(t), float(lp)] for t, lp in zip(g.tokens, g.logprobs)],
                     "generate gives the same tokens": [int(t) for t in plain_run.tokens] == [int(t) for t in g.tokens]}
 
-        def judge(got, _expected):
-            if not isinstance(got, dict) or "heard" not in got:
-                return "not a stream"
-            if got["heard"] != got["returned"]:
-                return "the listener heard other (token, logprob) pairs than generate_stream returned"
-            if len(got["heard"]) != 25:
-                return f"the listener heard {len(got['heard'])} tokens, not max_new = 25"
-            if not got["generate gives the same tokens"]:
-                return "generate and generate_stream give different tokens"
-            return None
-
         cases.append(Case(f"{draft.value} at {params_text(prm)}",
                           f"heard = []; generate_stream(TableTarget(12, seed=3), SpecConfig(Draft.{draft.name}, 4), "
                           f"{GEN_PROMPTS[2]}, {params_text(prm)}, 99, 25, [], lambda t, lp: heard.append((t, lp)) "
-                          "is None)", streamed, {"heard": "every token, in order"}, rule, judge=judge))
+                          "is None)", streamed, {"heard": "every token, in order"}, rule,
+                          judge=judge_stream("generate_stream", "generate gives the same tokens",
+                                             "generate and generate_stream give different tokens")))
 
     def stopped():
         heard = []

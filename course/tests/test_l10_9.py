@@ -19,7 +19,7 @@ from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams, stream
 from tinyllm.trees import (DraftTree, ModelDrafter, PromptLookupDrafter, SuffixTreeDrafter, chain_tree, compact,
                            generate_tree, tree_depths, tree_mask, tree_paths, tree_positions, verify_tree)
-from test_l10_8 import GREEDY, f32_row, f64_row, params_text, plain_greedy, rows_text
+from test_l10_8 import GREEDY, f32_row, f64_row, judge_stream, params_text, plain_greedy, rows_text
 from tree_fakes import Script, TreeCycleTarget, TreeTableTarget
 
 GOLDEN = "L10.9/trees_golden.json"
@@ -690,16 +690,7 @@ def cases_generate_tree_streams_and_stops_when_told():
         return {"heard": heard, "returned": [[int(t), float(lp)] for t, lp in zip(g.tokens, g.logprobs)],
                 "no listener gives the same tokens": [int(t) for t in quiet.tokens] == [int(t) for t in g.tokens]}
 
-    def judge(got, _expected):
-        if not isinstance(got, dict) or "heard" not in got:
-            return "not a stream"
-        if got["heard"] != got["returned"]:
-            return "the listener heard other (token, logprob) pairs than generate_tree returned"
-        if len(got["heard"]) != 25:
-            return f"the listener heard {len(got['heard'])} tokens, not max_new = 25"
-        if not got["no listener gives the same tokens"]:
-            return "on_token=None gives other tokens"
-        return None
+    judge = judge_stream("generate_tree", "no listener gives the same tokens", "on_token=None gives other tokens")
 
     def stopped(stop_after, eos):
         heard = []
