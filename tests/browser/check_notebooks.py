@@ -54,6 +54,7 @@ TREES_CHAPTERS = ("06_draft_model.ipynb", "07_token_trees.ipynb")
 DRAFT_CHAPTER = "06_draft_model.ipynb"
 DRAFT_METHODS = ("ModelDrafter._draw", "ModelDrafter.propose")  # chapter 6's functions
 DRAFT_TESTS = 1  # chapter 6's check: model_drafter_returns_its_q
+RENDER_WAIT_S = 15  # how long a widget that should be there may take to appear after the kernel is idle
 CHROMIUM_PATHS = ("/usr/lib/chromium/chromium", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
@@ -264,13 +265,20 @@ def errors_shown(page) -> str:
 
 def inspect(page, outcome: Outcome, workspace: Path) -> None:
     """Count what rendered and name what is missing."""
-    counts = {
-        "banner naming your workspace": page.locator(f'.course-banner.course-learner:has-text("{workspace}")').count(),
-        "sliders": page.locator(".jupyter-widgets .widget-slider").count(),
-        "figures": page.locator(".course-figure img").count(),
-        "tables": page.locator(".jupyter-widgets table").count(),
-        "check table": page.locator(".course-check table").count(),
+    selectors = {
+        "banner naming your workspace": f'.course-banner.course-learner:has-text("{workspace}")',
+        "sliders": ".jupyter-widgets .widget-slider",
+        "figures": ".course-figure img",
+        "tables": ".jupyter-widgets table",
+        "check table": ".course-check table",
     }
+    for selector in selectors.values():
+        # An idle kernel has sent every output; the browser may still be drawing the last of them.
+        try:
+            page.wait_for_selector(selector, timeout=RENDER_WAIT_S * 1000)
+        except Exception:
+            pass
+    counts = {what: page.locator(selector).count() for what, selector in selectors.items()}
     outcome.found = ", ".join(f"{v} {k}" for k, v in counts.items())
     for what, n in counts.items():
         if n == 0:
@@ -279,6 +287,10 @@ def inspect(page, outcome: Outcome, workspace: Path) -> None:
                 and page.locator(".course-banner").count() else ""))
     if page.get_by_text(WIDGET_ERROR).count():
         outcome.problems.append(f'a widget shows "{WIDGET_ERROR}"')
+    # Every run here is of the reference or of stubs drawn with it: a cell that failed on what the
+    # code returned is a bug of the notebook's, though it shows as the learner's box.
+    if page.locator(".course-raised").count():
+        outcome.problems.append("a cell failed: " + page.locator(".course-raised").first.inner_text()[:300])
     failed = errors_shown(page)
     if failed:
         outcome.problems.append("a cell printed an error" + failed)
