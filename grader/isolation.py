@@ -47,7 +47,8 @@ from rpyc.core.async_ import AsyncResultTimeout
 from rpyc.core.stream import SocketStream
 
 from grader import learner_server
-from grader.learner_server import NUMERIC_KINDS, RPC_CONFIG, RPC_FD_ENV, Objects, builtin_base, kept, rebuild, resolve
+from grader.learner_server import (NUMERIC_KINDS, RPC_CONFIG, RPC_FD_ENV, SCALARS, Objects, builtin_base, kept,
+                                   rebuild, resolve)
 from grader.sandbox import Sandbox, hide_memory
 
 LEARNER_IMPL_ENV = "OL_LEARNER_IMPL"
@@ -517,9 +518,6 @@ def _enum_member(module: str, qualname: str, name: str):
     return cls[name]
 
 
-_SCALARS = frozenset((bool, int, float, str, type(None)))
-
-
 def decode(value, depth: int = 0):
     """The learner's JSON made Python data again: only lists, dicts, tuples, numbers, strings,
     numeric arrays, the judge's own objects, mirrors and handles."""
@@ -529,7 +527,7 @@ def decode(value, depth: int = 0):
     if value is None or kind in (bool, int, float, str):
         return value
     if kind is list:
-        if _SCALARS.issuperset(map(type, value)):
+        if SCALARS.issuperset(map(type, value)):
             return list(value)
         return [decode(v, depth + 1) for v in value]
     if kind is not dict or len(value) == 0:

@@ -55,7 +55,7 @@ RPC_CONFIG = {
 }
 NUMERIC_KINDS = "biufc"
 # Values that are their own JSON form: lists of them are sent and snapshot without a call per item.
-_SCALARS = frozenset((int, float, bool, str, type(None)))
+SCALARS = frozenset((int, float, bool, str, type(None)))
 BUILTIN_ERRORS = {name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, Exception)}
 
 
@@ -102,7 +102,7 @@ def encode(value, depth: int = 0):
     if isinstance(value, np.generic) and value.dtype.kind in NUMERIC_KINDS:
         return {"$s": value.dtype.str, "v": value.item() if value.dtype.kind != "c" else [value.real, value.imag]}
     if isinstance(value, list):
-        if _SCALARS.issuperset(map(type, value)):
+        if SCALARS.issuperset(map(type, value)):
             return list(value)
         return [encode(v, depth + 1) for v in value]
     if isinstance(value, tuple) and type(value) is tuple:
@@ -354,7 +354,7 @@ def _flat(items) -> tuple | None:
     else None: the common case (lists of ids, counts, fills), snapshot without a call per item."""
     items = tuple(items)
     types_ = tuple(map(type, items))
-    return (items, types_) if _SCALARS.issuperset(types_) else None
+    return (items, types_) if SCALARS.issuperset(types_) else None
 
 
 def _snapshot(value, depth: int = 0) -> tuple:
