@@ -1,0 +1,270 @@
+"""Speculation under load (L10.10): continuous batching on the tiny llama, and the policy's rules.
+
+Section numbers refer to ``course/L10.10.md``. Requests served together must come out token for
+token as each comes out alone; the pool must end empty; the policy must pick what its goodput rule
+says, which the oracles below compute by brute force over every k.
+"""
+
+import itertools
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinyllm.model import LlamaConfig, TinyLlama
+from tinyllm.runner import RunnerTarget
+from tinyllm.sampling import SamplingParams
+from tinyllm.serve import (MAX_DRAFT, Acceptance, CostTable, Lane, Policy, Server, adaptive_ks, choose_ks,
+                           expected_tokens, gemm_blocks, goodput, profile)
+from tinyllm.spec import SpecConfig, SpecError, generate
+
+WEIGHTS = Path(__file__).resolve().parents[1] / "fixtures" / "model" / "tiny_llama.npz"
+GREEDY = SamplingParams()
+TEXTS = [
+    "def take(self, n=1):\n    if n < 0:\n        raise ValueError(n)\n    return n\n\ndef take(self, n=1):\n",
+    "The workshop opens at eight in the morning. Before anyone arrives,",
+    "tool: {\"code\": \"BR-2\", \"count\": 6}\ncall: order({\"code\": \"",
+    "abcabcabcabcab",
+]
+# One gemm 10 ms, each further one 10 ms more; rows, requests and drafts almost free.
+COST = CostTable((0.010, 0.020, 0.030, 0.040), row_seconds=1e-5, request_seconds=1e-4, draft_seconds=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return TinyLlama.load(WEIGHTS)
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A random one-layer llama: the leak test's 1,000 requests in seconds."""
+    return TinyLlama.random(LlamaConfig(vocab=32, dim=16, n_layers=1, n_heads=2, n_kv_heads=1, hidden=24), 3)
+
+
+def alone(model, prompt, k, params=GREEDY, seed=0, max_new=40, eos=()):
+    cfg = SpecConfig.parse("none" if k == 0 else "prompt_lookup", max(k, 1))
+    return generate(RunnerTarget(model, model.new_pool(64, 16)), cfg, prompt, params, seed, max_new, eos)
+
+
+# --- the scheduler (section 2.4) -------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", ["off", "2", "15", "adaptive"])
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_greedy_batched_equals_alone(tiny, policy, batch):
+    prompts = [list(t.encode()) for t in TEXTS]
+    want = [alone(tiny, p, 0).tokens for p in prompts]
+    server = Server(tiny, tiny.new_pool(160, 16), Policy.parse(policy), max_batch=batch, cost=COST,
+                    prefix_cache=True)
+    ids = [server.submit(prompts[i % 4], max_new=40) for i in range(10)]
+    server.run()
+    for i in ids:
+        assert server.results[i].tokens == want[i % 4], f"request {i} at B={batch}, policy {policy}"
+    assert server.pool.num_free() == server.pool.num_blocks
+
+
+@pytest.mark.parametrize("k", [2, 8])
+def test_sampled_static_k_draws_as_alone(tiny, k):
+    """Each request's own generator: with the same k, a request served in company draws exactly
+    what it draws alone (tokens and logprobs), whoever shares its passes."""
+    params = SamplingParams(temperature=0.9, top_k=20)
+    prompts = [list(t.encode()) for t in TEXTS]
+    server = Server(tiny, tiny.new_pool(160, 16), Policy("static", k), max_batch=4)
+    ids = [server.submit(prompts[i % 4], params, seed=100 + i, max_new=30) for i in range(8)]
+    server.run()
+    for i in ids:
+        want = alone(tiny, prompts[i % 4], k, params, seed=100 + i, max_new=30)
+        got = server.results[i]
+        assert got.tokens == want.tokens and got.logprobs == want.logprobs
+        assert (got.stats.drafted, got.stats.accepted) == (want.stats.drafted, want.stats.accepted)
+
+
+def test_off_never_calls_the_drafter_nor_feeds_draft_rows(tiny):
+    calls = []
+
+    def spy(ctx, k):
+        calls.append(k)
+        return []
+
+    server = Server(tiny, tiny.new_pool(64, 16), Policy("off"), max_batch=4, drafter=spy)
+    for t in TEXTS:
+        server.submit(list(t.encode()), max_new=12)
+    first = server.step()
+    assert first.rows == sum(len(t.encode()) for t in TEXTS)
+    while not server.idle():
+        report = server.step()
+        assert report.rows == len(report.ks) and set(report.ks.values()) == {0}
+    assert calls == []
+
+
+def test_admission_in_arrival_order(small):
+    """A request admitted later never overtakes one queued before it (no starvation)."""
+    server = Server(small, small.new_pool(64, 4), Policy("off"), max_batch=2)
+    lengths = [9, 2, 7, 1, 3, 5]
+    ids = [server.submit([1, 2, 3], max_new=n) for n in lengths]
+    started = {}
+    step = 0
+    while not server.idle():
+        server.step()
+        for r in server.running:
+            started.setdefault(r.rid, step)
+        for rid in server.results:
+            started.setdefault(rid, step)
+        step += 1
+    assert [started[i] for i in ids] == sorted(started[i] for i in ids)
+
+
+def test_a_pool_too_small_waits_instead_of_failing(small):
+    """Admission reserves each request's whole budget: a pool for two requests runs six in turn."""
+    server = Server(small, small.new_pool(8, 4), Policy("static", 3), max_batch=8)
+    for i in range(6):
+        server.submit([1, 2, 3, 4, 5], max_new=11, seed=i)
+    peak = 0
+    while not server.idle():
+        server.step()
+        peak = max(peak, len(server.running))
+    assert peak == 2 and len(server.results) == 6 and server.pool.num_free() == 8
+
+
+def test_no_block_leaks_over_1000_requests(small):
+    """Random arrivals, prompts, lengths, EOS and listeners that stop early, under every policy;
+    after every step each running request holds exactly the blocks its cache needs and the
+    pool's free count is what is not held; at the end the pool is empty."""
+    rnd = random.Random(7)
+    pool = small.new_pool(96, 4)
+    policies = [Policy("off"), Policy("static", 4), Policy("adaptive")]
+    done = 0
+    for round_ in range(3):
+        server = Server(small, pool, policies[round_], max_batch=rnd.choice([3, 8]), cost=COST)
+        left = [334, 333, 333][round_]
+        while left or not server.idle():
+            for _ in range(min(left, rnd.choice([0, 0, 1, 3]))):
+                stop_at = rnd.choice([None, rnd.randint(1, 10)])
+                heard = []
+
+                def listener(token, logprob, heard=heard, stop_at=stop_at):
+                    heard.append(token)
+                    return stop_at is None or len(heard) < stop_at
+
+                prompt = [rnd.randrange(4) for _ in range(rnd.randint(1, 14))]
+                server.submit(prompt, SamplingParams(temperature=rnd.choice([0.0, 1.0])), seed=rnd.randrange(99),
+                              max_new=rnd.randint(0, 20), eos=[rnd.randrange(32)], on_token=listener)
+                left -= 1
+            server.step()
+            held = 0
+            for r in server.running:
+                assert len(r.table) == -(-r.cached // pool.block_tokens)
+                held += len(r.table)
+            assert pool.num_free() == pool.num_blocks - held
+        done += len(server.results)
+    assert done == 1000 and pool.num_free() == pool.num_blocks
+
+
+def test_blocks_fed_adaptive_never_above_plain(tiny):
+    """Drafts only take slots the pass pays anyway or gemms worth their time: on repeating text
+    at B = 8 adaptive feeds no more 16-row gemms per emitted token than plain decoding."""
+    prompts = [list(t.encode()) for t in TEXTS]
+    per_token = {}
+    for policy in ("off", "adaptive"):
+        server = Server(tiny, tiny.new_pool(160, 16), Policy.parse(policy), max_batch=8, cost=COST)
+        for i in range(8):
+            server.submit(prompts[i % 4], max_new=40)
+        blocks = emitted = 0
+        while not server.idle():
+            report = server.step()
+            blocks += report.blocks
+            emitted += report.emitted
+        per_token[policy] = blocks / emitted
+    assert per_token["adaptive"] <= per_token["off"]
+
+
+def test_bad_inputs_refused(small):
+    pool = small.new_pool(4, 4)
+    with pytest.raises(SpecError):
+        Server(small, pool, Policy("adaptive"))
+    server = Server(small, pool, Policy("off"))
+    for bad in ({"prompt": []}, {"prompt": [1], "max_new": -1}, {"prompt": [1], "max_new": 16},
+                {"prompt": [1], "seed": -1}):
+        with pytest.raises(SpecError):
+            server.submit(**{"max_new": 3, **bad})
+    for text in ("", "fast", "16", "0"):
+        with pytest.raises(SpecError):
+            Policy.parse(text)
+
+
+# --- the policy (sections 2.1 to 2.3) --------------------------------------------------------
+
+def test_acceptance_update_sees_only_what_was_drafted():
+    a = Acceptance()
+    a.update(0, 0)
+    assert a.rates == [0.5] * MAX_DRAFT
+    a.update(4, 2)  # positions 1, 2 accepted, 3 rejected, 4 not tried
+    assert a.rates[:4] == [0.65, 0.65, 0.35, 0.5] and a.rates[4:] == [0.5] * (MAX_DRAFT - 4)
+    a.update(2, 2)  # both accepted: position 3 not tried
+    assert a.rates[:3] == [0.755, 0.755, 0.35]
+    with pytest.raises(SpecError):
+        a.update(2, 3)
+
+
+def test_expected_tokens_hand_example():
+    rates = [0.8, 0.5, 0.25]
+    assert expected_tokens(rates, 0) == 1.0
+    assert expected_tokens(rates, 1) == pytest.approx(1.8)
+    assert expected_tokens(rates, 3) == pytest.approx(1 + 0.8 + 0.4 + 0.1)
+    assert expected_tokens([0.6] * 15, 15) == pytest.approx((1 - 0.6 ** 16) / 0.4)
+
+
+def test_gemm_blocks_count_the_fullest_slot():
+    assert gemm_blocks([]) == 0
+    assert gemm_blocks(list(range(16))) == 1
+    assert gemm_blocks(list(range(5, 22))) == 2
+    assert gemm_blocks([3, 19, 35, 4]) == 3
+
+
+def brute_force(lanes, cost):
+    """Every combination of ks: the best goodput."""
+    return max(goodput(lanes, ks, cost) for ks in itertools.product(*[range(lane.cap + 1) for lane in lanes]))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_adaptive_close_to_brute_force(seed):
+    rnd = random.Random(seed)
+    lanes = [Lane(rnd.randrange(64), 1, rnd.randint(0, 4), [rnd.choice([0.1, 0.5, 0.9])] * MAX_DRAFT)
+             for _ in range(rnd.randint(1, 4))]
+    ks = adaptive_ks(lanes, COST)
+    assert all(0 <= k <= lane.cap for k, lane in zip(ks, lanes))
+    assert goodput(lanes, ks, COST) >= 0.97 * brute_force(lanes, COST)
+    assert goodput(lanes, ks, COST) >= goodput(lanes, [0] * len(lanes), COST)
+
+
+def test_adaptive_drafts_into_free_slots_and_stops_at_a_new_gemm():
+    """One request: 15 free slots, a long draft. Sixteen requests on sixteen slots: any draft
+    costs a second gemm (twice the time) for at most 0.8 x 16 more tokens, so none drafts."""
+    sure = [0.8] * MAX_DRAFT
+    assert adaptive_ks([Lane(40, 1, 15, sure)], COST) == [15]
+    full = [Lane(p, 1, 15, sure) for p in range(32, 48)]
+    assert adaptive_ks(full, COST) == [0] * 16
+    # Same acceptance, one request: an acceptance-only rule would draft the same at both loads.
+    assert choose_ks(Policy("static", 4), full, COST) == [4] * 16
+
+
+def test_adaptive_fills_a_gemm_the_pass_already_pays():
+    """Two requests at one slot pay two gemms anyway: the second gemm's 15 other slots take drafts."""
+    sure = [0.9] * MAX_DRAFT
+    ks = adaptive_ks([Lane(3, 1, 15, sure), Lane(19, 1, 15, sure)], COST)
+    assert sum(ks) >= 15 and ks[0] == 15
+
+
+def test_policies_parse_and_caps():
+    assert Policy.parse("4") == Policy("static", 4)
+    lanes = [Lane(0, 1, 2, [0.5] * MAX_DRAFT), Lane(5, 3, 9, [0.5] * MAX_DRAFT)]
+    assert choose_ks(Policy("static", 4), lanes, None) == [2, 4]
+    assert choose_ks(Policy("off"), lanes, None) == [0, 0]
+
+
+def test_profile_gives_a_usable_table(small):
+    cost = profile(small, max_blocks=3, repeats=1)
+    assert len(cost.block_seconds) == 3 and all(t > 0 for t in cost.block_seconds)
+    assert list(cost.block_seconds) == sorted(cost.block_seconds)
+    assert cost.row_seconds >= 0 and cost.request_seconds >= 0 and cost.draft_seconds > 0
+    assert cost.blocks(5) >= cost.blocks(3)
