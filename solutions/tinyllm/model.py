@@ -41,6 +41,7 @@ from .kvpool import KvPool
 
 _ROPE_CHUNK = 1024
 GEMM_ROWS = 16
+GEMM_COLS = 32  # the width of a weight's column block (:class:`Weight`)
 _ALIGN = 64  # bytes: a cache line, and the widest vector load
 
 
@@ -125,6 +126,40 @@ def matmul(a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out.reshape(out.shape[:-3] + (gemms * GEMM_ROWS, b.shape[-1])).take(rows, axis=-2)
 
 
+class Weight:
+    """A weight matrix ``(in, out)`` stored for both kinds of matmul.
+
+    ``matrix`` serves plain gemms. ``blocks`` holds the same columns cut into ``GEMM_COLS``-wide
+    blocks, ``(blocks, in, GEMM_COLS)``, the last one zero-padded, each block contiguous and
+    aligned: :meth:`blocks_matmul` runs one small ``(GEMM_ROWS, in) @ (in, GEMM_COLS)`` gemm per
+    block. A BLAS runs a gemm that small straight from its operands, without first copying the
+    whole weight into its own layout (OpenBLAS copies it for a 16-row gemm over all the columns,
+    and then runs a kernel that is slow at 16 rows): the weights are read once, with the
+    arithmetic close to the core's peak. Every block is the same shape, so each output column is
+    summed the same way in every pass.
+    """
+
+    def __init__(self, matrix: np.ndarray) -> None:
+        self.matrix = aligned_copy(matrix)
+        k, n = matrix.shape
+        count = -(-n // GEMM_COLS)
+        padded = np.zeros((k, count * GEMM_COLS), dtype=np.float32)
+        padded[:, :n] = matrix
+        self.blocks = aligned_copy(padded.reshape(k, count, GEMM_COLS).transpose(1, 0, 2))
+
+    def blocks_matmul(self, a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``a @ matrix`` as :func:`matmul` computes it (row ``j`` of ``a`` at stacked row ``rows[j]``
+        of 16-row gemms), one gemm per column block."""
+        k, n = self.matrix.shape
+        gemms = int(rows.max()) // GEMM_ROWS + 1
+        padded = _aligned_zeros((gemms * GEMM_ROWS, k))
+        padded[rows] = a
+        # blocks outermost: a block stays in cache while every 16-row gemm of the pass uses it
+        out = padded.reshape(1, gemms, GEMM_ROWS, k) @ self.blocks[:, None]
+        out = out.reshape(len(self.blocks), gemms * GEMM_ROWS, GEMM_COLS)[:, rows]
+        return out.transpose(1, 0, 2).reshape(len(rows), -1)[:, :n]
+
+
 def _aligned_zeros(shape: tuple[int, ...]) -> np.ndarray:
     """float32 zeros starting on an ``_ALIGN``-byte boundary: a BLAS may pick its path by alignment."""
     size = math.prod(shape)
@@ -172,17 +207,16 @@ class TinyLlama:
             self.weights[name] = w
         # One gemm per projection group reads the weights once for all rows; each is aligned once
         # here, as matmul requires.
+        # Each is kept twice: as one (in, out) matrix for plain gemms and cut into column blocks
+        # for batch-invariant ones (see :func:`column_blocks`).
         self._layers = []
         for i in range(config.n_layers):
             w = {key.split(".", 2)[2]: self.weights[key] for key in expected if key.startswith(f"layers.{i}.")}
-            self._layers.append({
-                "attn_norm": w["attn_norm"], "mlp_norm": w["mlp_norm"],
-                "wqkv": aligned_copy(np.concatenate([w["wq"], w["wk"], w["wv"]], axis=1)),
-                "wo": aligned_copy(w["wo"]),
-                "w_gate_up": aligned_copy(np.concatenate([w["w_gate"], w["w_up"]], axis=1)),
-                "w_down": aligned_copy(w["w_down"]),
-            })
-        self._head = aligned_copy(self.weights["tok_emb"].T if config.tied else self.weights["output"])
+            self._layers.append({"attn_norm": w["attn_norm"], "mlp_norm": w["mlp_norm"]} | {
+                name: Weight(np.concatenate(parts, axis=1)) for name, parts in (
+                    ("wqkv", [w["wq"], w["wk"], w["wv"]]), ("wo", [w["wo"]]),
+                    ("w_gate_up", [w["w_gate"], w["w_up"]]), ("w_down", [w["w_down"]]))})
+        self._head = Weight(self.weights["tok_emb"].T if config.tied else self.weights["output"])
         half = config.head_dim // 2
         self._inv_freq = config.rope_theta ** (-np.arange(half, dtype=np.float64) / half)
         self._cos = np.zeros((0, half), dtype=np.float32)
@@ -399,7 +433,9 @@ class TinyLlama:
             x = x + self._matmul(silu(gate_up[:, :c.hidden]) * gate_up[:, c.hidden:], w["w_down"], at)
         return self._matmul(rmsnorm(x, self.weights["norm"], c.norm_eps), self._head, at)
 
-    def _matmul(self, a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def _matmul(self, a: np.ndarray, b: "np.ndarray | Weight", rows: np.ndarray) -> np.ndarray:
+        if isinstance(b, Weight):
+            return b.blocks_matmul(a, rows) if self.batch_invariant else a @ b.matrix
         return matmul(a, b, rows) if self.batch_invariant else a @ b
 
     def _attend(self, pool: KvPool, layer: int, q: np.ndarray, table: list[int], moves: tuple,
