@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grader.catalog import load_catalog  # noqa: E402
+from grader.grade import json_names  # noqa: E402
 from grader.mutants import apply_patch  # noqa: E402
 
 HANGS = [
@@ -98,8 +99,9 @@ def seconds_by_kind(printed: str, kinds: dict[str, tuple[str, str | None]]) -> d
 
 def slowest_correct_test(out: Path, kinds: dict[str, tuple[str, str | None]]) -> tuple[str, float]:
     """The longest any test of a correct submission took, and which."""
+    files = dict(zip(kinds, json_names(list(kinds))))    # graded in the order of kinds
     durations = [(t["duration"], t["name"]) for name, (kind, _) in kinds.items() if kind == "correct"
-                 for t in json.loads((out / f"{name}.json").read_text())["tests"]]
+                 for t in json.loads((out / files[name]).read_text())["tests"]]
     seconds, name = max(durations)
     return name, seconds
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from grader.catalog import Catalog, Module, check_fixtures, load_catalog
 from grader.errors import UsageError
-from grader.grade import DEFAULT_LIMIT, grade_in_worker
+from grader.grade import DEFAULT_LIMIT, grade_in_worker, readable_json
 from grader.sandbox import claim
 
 PLATFORMS = ("gradescope", "prairielearn")
@@ -176,7 +176,8 @@ def run_platform(platform: str, config_path: Path) -> int:
                    "score": 0.0, "max_score": sum(t.points for t in module.tests), "hint": "", "grader_error": True}
     seconds = time.monotonic() - started
     convert = to_gradescope if platform == "gradescope" else to_prairielearn
-    results = convert(results, module, seconds)
+    # A learner's message may carry bytes that are not UTF-8: escaped, so the platform can read the file.
+    results = convert(readable_json(results), module, seconds)
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -4,6 +4,8 @@ Each submission (a folder or a zip file holding ``tinyllm/``) is graded by a pro
 (:mod:`grader.submission`) with a sandbox of its own, so a submission that hangs, crashes, floods
 its output or forks without end costs its own time bound and nothing more. ``--out`` receives
 ``grades.csv`` and one JSON per submission (the format of ``ol check --json``, plus the score).
+Names and messages come from the class, so they are made harmless before they reach ``grades.csv``,
+the JSON files and the terminal (:func:`printable`, :func:`cell`, :func:`json_names`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import math
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -49,6 +52,13 @@ TEST_TIMEOUTS_ENV = "OL_TEST_TIMEOUTS"
 # Beyond the check: assembling, the diagnosis of failed tests, writing the results.
 WORKER_MARGIN = 120.0
 REPO = Path(__file__).resolve().parents[1]
+# A cell of grades.csv starting with one of these is a formula to a spreadsheet (OWASP's rule against
+# CSV injection): such a cell gets a leading apostrophe, which the spreadsheet shows as text.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# A learner's message (an import error's, say) may be megabytes: a spreadsheet shows a cell whole up to here.
+CELL_LIMIT = 1000
+# The submission's name in its JSON file's name, after the position: far below any file system's 255 bytes.
+JSON_NAME_LIMIT = 60
 
 
 @dataclass
@@ -62,8 +72,8 @@ class Graded:
         r = self.results
         failed = [t["name"] for t in r.get("tests", []) if t.get("status") != "pass"]
         hint = r.get("hint") or (r.get("message") or "" if r.get("status") == "error" else "")
-        return [self.submission, _number(r.get("score", 0.0)), _number(r.get("max_score", 0.0)), r.get("status", "error"),
-                ";".join(failed), " ".join(hint.split())]
+        return [cell(text) for text in (self.submission, _number(r.get("score", 0.0)), _number(r.get("max_score", 0.0)),
+                                        r.get("status", "error"), ";".join(failed), " ".join(hint.split()))]
 
 
 def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None = None,
@@ -81,6 +91,7 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     out_dir = Path(out or "grades")
     out_dir.mkdir(parents=True, exist_ok=True)
     names = _unique_names(paths)
+    files = json_names(names)
     slots: queue.Queue[Sandbox] = queue.Queue()
     for _ in range(jobs):
         slots.put(claim())
@@ -90,8 +101,8 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     progress = _Progress(len(paths))
     stopping = threading.Event()
 
-    def one(item: tuple[Path, str]) -> Graded:
-        path, name = item
+    def one(item: tuple[Path, str, str]) -> Graded:
+        path, name, file = item
         slot = slots.get()
         try:
             progress.begin()
@@ -100,12 +111,12 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
             slots.put(slot)
         if stopping.is_set():
             raise KeyboardInterrupt
-        (out_dir / f"{name}.json").write_text(json.dumps(graded.results, indent=2) + "\n")
+        (out_dir / file).write_text(json.dumps(readable_json(graded.results), indent=2) + "\n")
         progress.done(graded)
         return graded
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(one, item) for item in zip(paths, names)]
+        futures = [pool.submit(one, item) for item in zip(paths, names, files)]
         try:
             graded = [f.result() for f in futures]
         except BaseException:   # interrupted: grade nothing more, stop what runs, record none of it
@@ -114,7 +125,7 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
             stop_workers()
             raise
     progress.finish()
-    with open(out_dir / "grades.csv", "w", newline="") as f:
+    with open(out_dir / "grades.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(CSV_HEADER)
         writer.writerows(g.row for g in graded)
@@ -171,19 +182,68 @@ def _submissions(given: list[str]) -> list[Path]:
     for text in given:
         path = Path(text)
         if not path.exists():
-            raise UsageError(f"no such submission: {text}")
+            raise UsageError(f"no such submission: {printable(text)}")
         paths.append(path)
     return paths
 
 
 def _unique_names(paths: list[Path]) -> list[str]:
-    """The folder or zip name of each submission, numbered when two are the same."""
-    names, seen = [], {}
+    """Each submission's name in grades.csv and on the terminal: its folder or zip name made
+    :func:`printable`, numbered (``-2``, ``-3``, ...) when an earlier one has the same."""
+    names: list[str] = []
     for path in paths:
-        name = path.name or str(path)
-        seen[name] = seen.get(name, 0) + 1
-        names.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+        base = printable(path.name or str(path))
+        name, n = base, 1
+        while name in names:
+            n += 1
+            name = f"{base}-{n}"
+        names.append(name)
     return names
+
+
+def json_names(names: list[str]) -> list[str]:
+    """Each submission's JSON file: its position in grades.csv, then its name cut to what any file
+    system takes (``003-alice.json``), so no two collide and no name is too long or unwritable."""
+    width = max(3, len(str(len(names))))
+    return [f"{i:0{width}d}-{re.sub(r'[^A-Za-z0-9._-]+', '_', name)[:JSON_NAME_LIMIT]}.json"
+            for i, name in enumerate(names, 1)]
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def readable(text: str) -> str:
+    """``text`` with no lone surrogate, so that it can be written as UTF-8: a byte that was not
+    UTF-8 (a file name's, read as Python does) as ``\\xNN``, any other surrogate as ``\\uNNNN``."""
+    def escape(m: re.Match) -> str:
+        code = ord(m.group())
+        return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+    return _SURROGATE.sub(escape, text)
+
+
+def printable(text: str) -> str:
+    """:func:`readable` on one line: control, format and separator characters escaped (``\\n``,
+    ``\\x1b``, ``\\u202e``), so that no name or message starts a line or moves the cursor."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in readable(text))
+
+
+def cell(text: str) -> str:
+    """A cell of grades.csv: :func:`printable`, at most ``CELL_LIMIT`` characters, never a formula."""
+    shown = printable(text[:CELL_LIMIT])
+    if len(text) > CELL_LIMIT or len(shown) > CELL_LIMIT:
+        shown = shown[:CELL_LIMIT - 3] + "..."
+    return "'" + shown if shown.startswith(FORMULA_START) else shown
+
+
+def readable_json(value: object) -> object:
+    """Parsed JSON with every string :func:`readable`, so that its file is valid UTF-8 everywhere."""
+    if isinstance(value, str):
+        return readable(value)
+    if isinstance(value, list):
+        return [readable_json(v) for v in value]
+    if isinstance(value, dict):
+        return {readable(k): readable_json(v) for k, v in value.items()}
+    return value
 
 
 def grade_in_worker(module_id: str, path: Path, name: str, box: Sandbox, timeout: float | None,

@@ -30,6 +30,10 @@ PACKAGE = "tinyllm"
 # A learner's file is source code: anything larger is not a submission to run.
 MAX_FILE = 1 << 20
 MAX_FILES = 200
+# Reading a zip's directory costs time and memory in proportion to its entries (200,000 took 1 s and
+# 17 MiB): this bounds them, far above a zipped tinyllm/ (the whole course is 5 MiB).
+MAX_ARCHIVE = 64 << 20
+ENCRYPTED = 0x1     # bit 0 of a zip entry's flags: a password is needed to read it
 
 
 class BadSubmission(Exception):
@@ -42,7 +46,9 @@ def locate_package(root: Path) -> Path:
     if root.name == PACKAGE and root.is_dir() and not root.is_symlink():
         return root
     direct = root / PACKAGE
-    if direct.is_dir() and not direct.is_symlink():
+    if direct.is_symlink():
+        raise BadSubmission("tinyllm/ is a symbolic link: submit the folder itself")
+    if direct.is_dir():
         return direct
     nested = sorted(p / PACKAGE for p in root.iterdir()
                     if p.is_dir() and not p.is_symlink() and (p / PACKAGE).is_dir() and not p.name.startswith("__MACOSX"))
@@ -61,39 +67,77 @@ def copy_package(submission: Path, dest: Path) -> Path:
     package.mkdir(parents=True)
     if submission.is_dir():
         source = locate_package(submission)
-        files = [p for p in sorted(source.glob("*.py")) if p.is_file() and not p.is_symlink()]
-        for path in files[:MAX_FILES]:
+        files = [p for p in sorted(source.glob("*.py")) if p.is_symlink() or p.is_file()]
+        _check_count(len(files))
+        for path in files:
+            if path.is_symlink():
+                raise BadSubmission(f"tinyllm/{path.name} is a symbolic link: submit the file itself")
             if path.stat().st_size > MAX_FILE:
                 raise BadSubmission(f"tinyllm/{path.name} is larger than {MAX_FILE >> 10} KiB")
             shutil.copyfile(path, package / path.name)
         return dest
-    if zipfile.is_zipfile(submission):
-        _extract_package(submission, package)
+    # is_file first: zipfile would wait forever on a named pipe.
+    if submission.is_file() and zipfile.is_zipfile(submission):
+        for name, data in _extract_package(submission).items():
+            (package / name).write_bytes(data)
         return dest
     raise BadSubmission("neither a folder nor a zip file")
 
 
-def _extract_package(archive: Path, package: Path) -> None:
-    """Only the ``.py`` files directly inside the archive's one ``tinyllm/`` folder, each size-checked."""
-    with zipfile.ZipFile(archive) as z:
-        entries = [i for i in z.infolist() if not i.is_dir() and not i.filename.startswith("__MACOSX/")
-                   and not stat.S_ISLNK(i.external_attr >> 16)]
-        folders = sorted({"/".join(parts[:-1]) for parts in (i.filename.split("/") for i in entries)
-                          if len(parts) in (2, 3) and parts[-2] == PACKAGE and parts[-1].endswith(".py")})
-        if not folders:
-            raise BadSubmission("no tinyllm/ folder in the zip (looked at the top and one folder down)")
-        if len(folders) > 1:
-            raise BadSubmission(f"several tinyllm/ folders in the zip: {', '.join(folders)}")
-        chosen = [i for i in entries if i.filename.rsplit("/", 1)[0] == folders[0] and i.filename.endswith(".py")]
-        for info in chosen[:MAX_FILES]:
-            name = info.filename.rsplit("/", 1)[1]
-            if info.file_size > MAX_FILE:
-                raise BadSubmission(f"tinyllm/{name} is larger than {MAX_FILE >> 10} KiB")
-            with z.open(info) as src:
-                data = src.read(MAX_FILE + 1)
-            if len(data) > MAX_FILE:
-                raise BadSubmission(f"tinyllm/{name} is larger than {MAX_FILE >> 10} KiB")
-            (package / name).write_bytes(data)
+def _check_count(count: int) -> None:
+    if count > MAX_FILES:
+        raise BadSubmission(f"tinyllm/ holds {count} .py files, more than {MAX_FILES}")
+
+
+def _extract_package(archive: Path) -> dict[str, bytes]:
+    """The ``.py`` files directly inside the archive's one ``tinyllm/`` folder, by name. A zip that
+    cannot be read, or holds an entry that is encrypted, a link, too large or outside the zip's
+    folder, is refused with the reason."""
+    if archive.stat().st_size > MAX_ARCHIVE:
+        raise BadSubmission(f"the zip is larger than {MAX_ARCHIVE >> 20} MiB: zip the tinyllm/ folder alone")
+    try:
+        with zipfile.ZipFile(archive) as z:
+            return _read_package(z)
+    except BadSubmission:
+        raise
+    except UnicodeDecodeError as err:
+        raise BadSubmission("a file name in the zip is not UTF-8, though the zip says it is") from err
+    # A damaged zip fails in many ways (BadZipFile, zlib.error, lzma.LZMAError, EOFError, struct.error,
+    # NotImplementedError for an unknown method, ...): each means only that it cannot be read.
+    except Exception as err:
+        raise BadSubmission(f"the zip cannot be read: {err or type(err).__name__}") from err
+
+
+def _read_package(z: zipfile.ZipFile) -> dict[str, bytes]:
+    infos = z.infolist()
+    for info in infos:
+        parts = info.filename.split("/")
+        if info.filename.startswith("/") or ".." in parts:
+            raise BadSubmission(f"the zip's entry {info.filename} points outside the zip's folder")
+    entries = [i for i in infos if not i.is_dir() and not i.filename.startswith("__MACOSX/")]
+    folders = sorted({"/".join(parts[:-1]) for parts in (i.filename.split("/") for i in entries)
+                      if len(parts) in (2, 3) and parts[-2] == PACKAGE and parts[-1].endswith(".py")})
+    if not folders:
+        raise BadSubmission("no tinyllm/ folder in the zip (looked at the top and one folder down)")
+    if len(folders) > 1:
+        raise BadSubmission(f"several tinyllm/ folders in the zip: {', '.join(folders)}")
+    chosen = [i for i in entries if i.filename.rsplit("/", 1)[0] == folders[0] and i.filename.endswith(".py")]
+    _check_count(len(chosen))
+    files = {}
+    for info in chosen:
+        name = info.filename.rsplit("/", 1)[1]
+        if stat.S_ISLNK(info.external_attr >> 16):
+            raise BadSubmission(f"tinyllm/{name} is a symbolic link in the zip: zip the file itself")
+        if info.flag_bits & ENCRYPTED:
+            raise BadSubmission(f"tinyllm/{name} is encrypted in the zip: zip it again without a password")
+        if info.file_size > MAX_FILE:
+            raise BadSubmission(f"tinyllm/{name} is larger than {MAX_FILE >> 10} KiB")
+        with z.open(info) as src:
+            data = src.read(MAX_FILE + 1)   # never more, whatever the entry claims: a zip bomb stops here
+        if len(data) > MAX_FILE:
+            raise BadSubmission(f"tinyllm/{name} is larger than {MAX_FILE >> 10} KiB")
+        files[name] = data
+    return files
 
 
 def grade_one(module_id: str, submission: Path, timeout: float | None, limit: float | None,
@@ -105,7 +149,7 @@ def grade_one(module_id: str, submission: Path, timeout: float | None, limit: fl
     with tempfile.TemporaryDirectory(prefix="ol-grade-") as tmp:
         try:
             ws = Workspace(copy_package(submission, Path(tmp) / "workspace"))
-        except (BadSubmission, OSError, zipfile.BadZipFile) as err:
+        except (BadSubmission, OSError) as err:
             return _with_score(CheckResult.failed_to_run(module.id, f"{submission.name}: {err}", module))
         missing = ws.missing_files(module)
         if missing:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ol_helpers import REFERENCE, ROOT, daemons_left, ol
 
-from grader.grade import per_test_timeouts
+from grader.grade import json_names, per_test_timeouts
 
 STUB = ROOT / "course" / "stubs" / "L10.8" / "spec.py"
 MARKER = "ol-grade-test-daemon-7f3a"
@@ -85,6 +85,7 @@ def test_grade_mixed_class(tmp_path):
     assert rows[0] == ["submission", "score", "max_score", "status", "failed_tests", "hint"]
     by_name = {r[0]: dict(zip(rows[0], r)) for r in rows[1:]}
     assert list(by_name) == [p.name for p in everything]
+    files = dict(zip(by_name, json_names(list(by_name))))
     for name in ("alice", "bob", "erin.zip", "floods"):
         assert (by_name[name]["status"], by_name[name]["score"], by_name[name]["max_score"]) == ("pass", "20", "20"), name
     assert by_name["carol"]["status"] == "fail" and by_name["carol"]["score"] == "0"
@@ -96,15 +97,15 @@ def test_grade_mixed_class(tmp_path):
     assert by_name["forks"]["status"] in ("pass", "fail", "error")
     assert not daemons_left(MARKER), "a daemon started by a submission outlived ol grade"
 
-    results = json.loads((out / "alice.json").read_text())
+    results = json.loads((out / files["alice"]).read_text())
     assert (results["version"], results["status"], results["message"], results["score"]) == (3, "pass", None, 20)
-    assert str(tmp_path) not in (out / "dave.json").read_text()
+    assert str(tmp_path) not in (out / files["dave"]).read_text()
     after = {p.name: tree_digest(p) if p.is_dir() else p.read_bytes() for p in everything}
     assert after == before, "ol grade changed a submission"
     assert "Graded 12 submissions" in ran.out
     assert by_name["slow"]["status"] == "error" and "whole check" in by_name["slow"]["hint"], by_name["slow"]
-    for p in everything:
-        check_results_v3(json.loads((out / f"{p.name}.json").read_text()))
+    for file in files.values():
+        check_results_v3(json.loads((out / file).read_text()))
 
 
 def check_results_v3(results: dict) -> None:
@@ -162,7 +163,7 @@ def test_each_test_is_bounded_from_the_reference(tmp_path):
     assert ran.code == 0, ran.text
     assert re.search(r"each test by 2 to [\d.]+ s \(10 times the reference's, at least 2 s, at most the catalog's 10 s\)",
                      ran.out), ran.out
-    tests = {t["name"]: t for t in json.loads((out / "sleepy.json").read_text())["tests"]}
+    tests = {t["name"]: t for t in json.loads((out / "001-sleepy.json").read_text())["tests"]}
     hand = tests["hand_example_prompt_lookup"]
     assert hand["status"] != "pass" and "timed out after 2 s" in hand["message"], hand
     assert tests["config_parses_runtime_values"]["status"] == "pass"
