@@ -31,6 +31,7 @@ same: no BLAS branches on the data.
 
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -147,17 +148,24 @@ class Weight:
         padded[:, :n] = matrix
         self.blocks = aligned_copy(padded.reshape(k, count, GEMM_COLS).transpose(1, 0, 2))
 
-    def blocks_matmul(self, a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def blocks_matmul(self, a: np.ndarray, rows: np.ndarray, workers: ThreadPoolExecutor | None = None) -> np.ndarray:
         """``a @ matrix`` as :func:`matmul` computes it (row ``j`` of ``a`` at stacked row ``rows[j]``
-        of 16-row gemms), one gemm per column block."""
-        k, n = self.matrix.shape
+        of 16-row gemms), one gemm per column block; ``workers`` share out the blocks."""
+        count, k, cols = self.blocks.shape
         gemms = int(rows.max()) // GEMM_ROWS + 1
         padded = _aligned_zeros((gemms * GEMM_ROWS, k))
         padded[rows] = a
+        x = padded.reshape(1, gemms, GEMM_ROWS, k)
+        out = _aligned_zeros((count, gemms, GEMM_ROWS, cols))
         # blocks outermost: a block stays in cache while every 16-row gemm of the pass uses it
-        out = padded.reshape(1, gemms, GEMM_ROWS, k) @ self.blocks[:, None]
-        out = out.reshape(len(self.blocks), gemms * GEMM_ROWS, GEMM_COLS)[:, rows]
-        return out.transpose(1, 0, 2).reshape(len(rows), -1)[:, :n]
+        if workers is None:
+            np.matmul(x, self.blocks[:, None], out=out)
+        else:
+            cuts = np.linspace(0, count, workers._max_workers + 1).astype(int).tolist()
+            list(workers.map(lambda lo, hi: np.matmul(x, self.blocks[lo:hi, None], out=out[lo:hi]),
+                             cuts[:-1], cuts[1:]))
+        out = out.reshape(count, gemms * GEMM_ROWS, cols)[:, rows]
+        return out.transpose(1, 0, 2).reshape(len(rows), -1)[:, :self.matrix.shape[1]]
 
 
 def _aligned_zeros(shape: tuple[int, ...]) -> np.ndarray:
@@ -194,6 +202,10 @@ class TinyLlama:
         # single row, but a row's bits then depend on the batch; benchmarks use it as the
         # fastest plain decoding, never with speculation.
         self.batch_invariant = True
+        # Threads sharing out each batch-invariant weight matmul's column blocks (numpy's matmul
+        # lets go of the GIL); every block is still the same gemm, so the bits do not change.
+        self.threads = 1
+        self._workers: ThreadPoolExecutor | None = None
         missing = sorted(set(expected) - set(weights))
         extra = sorted(set(weights) - set(expected))
         if missing or extra:
@@ -205,10 +217,8 @@ class TinyLlama:
             if w.shape != shape:
                 raise ValueError(f"weight {name} has shape {w.shape}, expected {shape}")
             self.weights[name] = w
-        # One gemm per projection group reads the weights once for all rows; each is aligned once
-        # here, as matmul requires.
-        # Each is kept twice: as one (in, out) matrix for plain gemms and cut into column blocks
-        # for batch-invariant ones (see :func:`column_blocks`).
+        # One matmul per projection group reads the weights once for all rows; each is kept as one
+        # (in, out) matrix for plain gemms and cut into column blocks for batch-invariant ones.
         self._layers = []
         for i in range(config.n_layers):
             w = {key.split(".", 2)[2]: self.weights[key] for key in expected if key.startswith(f"layers.{i}.")}
@@ -435,7 +445,11 @@ class TinyLlama:
 
     def _matmul(self, a: np.ndarray, b: "np.ndarray | Weight", rows: np.ndarray) -> np.ndarray:
         if isinstance(b, Weight):
-            return b.blocks_matmul(a, rows) if self.batch_invariant else a @ b.matrix
+            if not self.batch_invariant:
+                return a @ b.matrix
+            if self.threads > 1 and (self._workers is None or self._workers._max_workers != self.threads):
+                self._workers = ThreadPoolExecutor(self.threads)
+            return b.blocks_matmul(a, rows, self._workers if self.threads > 1 else None)
         return matmul(a, b, rows) if self.batch_invariant else a @ b
 
     def _attend(self, pool: KvPool, layer: int, q: np.ndarray, table: list[int], moves: tuple,
