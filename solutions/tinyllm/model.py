@@ -425,6 +425,10 @@ class TinyLlama:
         cos, sin = cos[pos][:, None, :], sin[pos][:, None, :]
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
         at = gemm_rows((pos % GEMM_ROWS).tolist())
+        bt, group = pool.block_tokens, nh // nkv
+        # per attention group, the slots past each (row, query head)'s position: the same in every layer
+        future = [np.repeat(np.arange(len(table) * bt)[None, :] > pos[rows][:, None], group, axis=0)
+                  for rows, table, *_ in plan]
         x = self.weights["tok_emb"][ids]
         for layer, w in enumerate(self._layers):
             qkv = self._matmul(rmsnorm(x, w["attn_norm"], c.norm_eps), w["wqkv"], at)
@@ -435,9 +439,9 @@ class TinyLlama:
             pool.v[layer, blocks, slots] = v[keep]
             q = q * np.float32(hd ** -0.5)
             att = np.empty((n, nh * hd), dtype=np.float32)
-            for rows, table, moved_to, from_blocks, from_slots, att_at in plan:
+            for (rows, table, moved_to, from_blocks, from_slots, att_at), masked in zip(plan, future):
                 att[rows] = self._attend(pool, layer, q[rows], table, (moved_to, from_blocks, from_slots),
-                                         pos[rows], att_at)
+                                         masked, att_at)
             x = x + self._matmul(att, w["wo"], at)
             gate_up = self._matmul(rmsnorm(x, w["mlp_norm"], c.norm_eps), w["w_gate_up"], at)
             x = x + self._matmul(silu(gate_up[:, :c.hidden]) * gate_up[:, c.hidden:], w["w_down"], at)
@@ -453,11 +457,12 @@ class TinyLlama:
         return matmul(a, b, rows) if self.batch_invariant else a @ b
 
     def _attend(self, pool: KvPool, layer: int, q: np.ndarray, table: list[int], moves: tuple,
-                positions: np.ndarray, at: np.ndarray) -> np.ndarray:
+                future: np.ndarray, at: np.ndarray) -> np.ndarray:
         """Causal attention of ``g`` rows of one table over every slot of its blocks.
 
         ``moves = (to, blocks, slots)``: the K/V stored at ``(blocks[i], slots[i])`` is read as if
-        it sat at position ``to[i]`` (a tree path's nodes at their positions); ``at`` places each
+        it sat at position ``to[i]`` (a tree path's nodes at their positions); ``future`` marks, for
+        each (row, query head in group), the slots past the row's position; ``at`` places each
         (row, query head in group) in the score and mix gemms (:func:`gemm_rows`).
         """
         c = self.config
@@ -465,7 +470,9 @@ class TinyLlama:
         group = c.n_heads // nkv
         bt = pool.block_tokens
         span = len(table) * bt
-        k, v = aligned_copy(pool.k[layer, table]), aligned_copy(pool.v[layer, table])
+        k, v = _aligned_zeros((len(table), bt, nkv, hd)), _aligned_zeros((len(table), bt, nkv, hd))
+        np.take(pool.k[layer], table, axis=0, out=k)
+        np.take(pool.v[layer], table, axis=0, out=v)
         to, blocks, slots = moves
         if to.size:
             k[to // bt, to % bt] = pool.k[layer, blocks, slots]
@@ -475,9 +482,9 @@ class TinyLlama:
         # Query head h reads K/V head h // group; rows of one K/V head are (row, head in group).
         qh = q.reshape(g, nkv, group, hd).transpose(1, 0, 2, 3).reshape(nkv, g * group, hd)
         scores = self._matmul(qh, keys, at)
-        future = np.repeat(np.arange(span)[None, :] > positions[:, None], group, axis=0)
-        scores = np.where(future, np.float32(-np.inf), scores)
-        probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        np.copyto(scores, np.float32(-np.inf), where=future)
+        scores -= scores.max(axis=-1, keepdims=True)
+        probs = np.exp(scores, out=scores)
         probs /= probs.sum(axis=-1, keepdims=True)
         out = self._matmul(probs, values, at)
         return out.reshape(nkv, g, group, hd).transpose(1, 0, 2, 3).reshape(g, nkv * group * hd)
