@@ -1,12 +1,13 @@
 """Benchmark ``ol grade`` on a generated class: correct, buggy, hanging and hostile submissions.
 
-    python bench/grade_class.py [--correct 60 --buggy 20 --hanging 10 --hostile 10] [--jobs 2]
+    python bench/grade_class.py [--correct 60 --buggy 20 --hanging 10 --hostile 10] [--jobs 2] [--busy N]
 
 Grades the whole class, then the correct submissions alone, checks every verdict (a correct one
 passes with full marks; a buggy one, the reference with a named pitfall's patch, fails that
 pitfall's named test; a hanging one does not pass; a hostile one, the stub with an attack, scores
 0), and prints both wall times and their ratio, the bounds ol grade chose, each kind's own time
-and the slowest test of a correct submission. Exits 1 when a verdict is wrong.
+and the slowest test of a correct submission. ``--busy N`` keeps N CPU-bound loops running beside
+it all the while (a machine that others use). Exits 1 when a verdict is wrong.
 """
 
 from __future__ import annotations
@@ -125,19 +126,30 @@ def main() -> int:
     for kind, default in (("correct", 60), ("buggy", 20), ("hanging", 10), ("hostile", 10)):
         parser.add_argument(f"--{kind}", type=int, default=default)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--busy", type=int, default=0, metavar="N", help="CPU-bound loops running beside it")
     args = parser.parse_args()
     counts = {k: getattr(args, k) for k in ("correct", "buggy", "hanging", "hostile")}
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        return bench(args.jobs, counts, args.busy)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+
+
+def bench(jobs: int, counts: dict[str, int], busy: int) -> int:
     with tempfile.TemporaryDirectory(prefix="ol-bench-class-") as tmp:
         root = Path(tmp)
         kinds = make_class(root / "subs", counts)
         paths = [root / "subs" / name for name in kinds]
-        whole, printed = grade(paths, root / "all", args.jobs)
+        whole, printed = grade(paths, root / "all", jobs)
         wrong = wrong_verdicts(root / "all", kinds)
         slowest = slowest_correct_test(root / "all", kinds)
         correct = [p for p in paths if kinds[p.name][0] == "correct"]
-        alone, _ = grade(correct, root / "correct", args.jobs)
+        alone, _ = grade(correct, root / "correct", jobs)
     print(f"ol grade, {len(paths)} submissions ({', '.join(f'{n} {k}' for k, n in counts.items())}), "
-          f"--jobs {args.jobs}: {whole:.0f} s")
+          f"--jobs {jobs}, {busy} busy loops beside it: {whole:.0f} s")
     print(f"the {len(correct)} correct ones alone: {alone:.0f} s; ratio {whole / alone:.2f}")
     print(next((line for line in printed.splitlines() if line.startswith("The reference passes")), ""))
     for kind, times in seconds_by_kind(printed, kinds).items():

@@ -41,7 +41,7 @@ def verdicts(catalog: Catalog, module: Module, pitfall: Pitfall | None, box: san
                    for f in sorted(package.glob("*.py"))]
         impl, env = isolation.prepare(sources, Path(tmp) / "isolated", box)
         started = time.monotonic()
-        isolated = run_suite(module, impl, sandbox=box.judge(), env=env)
+        isolated = run_suite(module, impl, sandbox=box, env=env)
         return ({n: o.status for n, o in plain.outcomes.items()}, {n: o.status for n, o in isolated.outcomes.items()},
                 time.monotonic() - started)
 

@@ -128,10 +128,12 @@ def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
         with tempfile.TemporaryDirectory(prefix="ol-check-") as tmp:
             if isolate:
                 sandbox.hide_memory()
-                box = sandbox.claim()
-                impl, env = isolation.prepare(sources, Path(tmp), box)
-                result, run = evaluate(catalog, module, impl, timeout, keyword, _OutcomePrinter(), announce_diagnosis=True,
-                                       sandbox=box.judge(), env=env)
+                with sandbox.held(sandbox.claim(required=False)) as box:
+                    if not box.contained:
+                        print(f"  (not sandboxed: {sandbox.why_not_contained()})")
+                    impl, env = isolation.prepare(sources, Path(tmp), box)
+                    result, run = evaluate(catalog, module, impl, timeout, keyword, _OutcomePrinter(),
+                                           announce_diagnosis=True, sandbox=box, env=env)
             else:
                 impl = assemble.build(sources, Path(tmp))
                 result, run = evaluate(catalog, module, impl, timeout, keyword, _OutcomePrinter(), announce_diagnosis=True)

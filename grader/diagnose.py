@@ -31,7 +31,7 @@ from grader.cases import alike, brief, clip
 from grader.case_worker import STUB
 from grader.catalog import Catalog, Module, Pitfall
 from grader.mutants import apply_patch
-from grader.sandbox import Sandbox
+from grader.sandbox import Sandbox, limit_process
 
 CACHE_ENV = "OL_CACHE_DIR"
 WORKER_STARTUP = 15.0
@@ -274,11 +274,9 @@ def run_worker(module: Module, impl: Path, tests: list[str], limit: float, sandb
     with tempfile.TemporaryDirectory(prefix="ol-cases-") as tmp:
         out = Path(tmp) / "answers.json"
         command = [sys.executable, "-B", "-m", "grader.case_worker", str(module.suite), str(impl), str(out), *tests]
-        if sandbox is not None:
-            sandbox.share(Path(tmp), writable=True)
         child = subprocess.Popen(command, cwd=tmp, env={**worker_env(), **(env or {})}, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                 preexec_fn=sandbox.preexec if sandbox is not None else None)
+                                 preexec_fn=limit_process if sandbox is not None else None)
         try:
             child.wait(limit)
         except subprocess.TimeoutExpired:
@@ -289,8 +287,6 @@ def run_worker(module: Module, impl: Path, tests: list[str], limit: float, sandb
             except (ProcessLookupError, PermissionError):
                 pass
             child.wait()
-            if sandbox is not None:
-                sandbox.reap()
         try:
             if out.is_symlink() or (out.exists() and out.stat().st_size > MAX_ANSWERS):
                 return {}

@@ -29,7 +29,7 @@ from pathlib import Path
 from grader.catalog import Catalog, Module, check_fixtures, load_catalog
 from grader.errors import UsageError
 from grader.grade import DEFAULT_LIMIT, grade_in_worker, readable_json
-from grader.sandbox import claim
+from grader.sandbox import claim, why_not_contained
 
 PLATFORMS = ("gradescope", "prairielearn")
 CONFIG = "ol-export.json"
@@ -53,7 +53,9 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
 fi
 "$PY" -m pip install --quiet "$HERE/ol"
 echo "$PY" > "$HERE/ol-python"
-# The learner's code runs as another user: it must not read the suite, the fixtures or the reference.
+# The learner's code runs in bubblewrap where the container allows it (ol's output says when not).
+command -v bwrap >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) || true
+# Without it, the learner's code runs as another user: it must not read the suite, the fixtures or the reference.
 chmod -R go-rwx "$HERE"
 """
 
@@ -71,7 +73,8 @@ RUN_SH = """#!/usr/bin/env bash
 # /grade/student, write /grade/results/results.json (OL_GRADE_DIR moves /grade, for a local run).
 HERE="$(cd "$(dirname "$0")" && pwd)"
 PY="${OL_PYTHON:-python3}"
-# The learner's code runs as another user: it must not read the suite, the fixtures or the reference.
+# Where bubblewrap cannot run, the learner's code runs as another user: it must not read the suite,
+# the fixtures or the reference.
 chmod -R go-rwx "$HERE" 2>/dev/null || true
 export OL_COURSE_ROOT="$HERE/ol" OL_CACHE_DIR="${OL_CACHE_DIR:-$HERE/ol-cache}" PYTHONPATH="$HERE/ol"
 exec "$PY" -B -m grader.export run prairielearn --config "$HERE/ol-export.json"
@@ -168,8 +171,12 @@ def run_platform(platform: str, config_path: Path) -> int:
         base = Path(os.environ.get("OL_GRADE_DIR", "/grade"))
         submission, results_path = base / "student", base / "results" / "results.json"
     module = load_catalog().get(config["module"])
+    box = claim(required=False)
+    if not box.contained:
+        # The platform's own log (hidden from students): learner code ran outside bubblewrap here.
+        print(f"ol: learner code ran without bubblewrap ({why_not_contained()}), as another user where possible")
     try:
-        results = grade_in_worker(module.id, submission, submission.name, claim(), config.get("timeout"),
+        results = grade_in_worker(module.id, submission, submission.name, box, config.get("timeout"),
                                   float(config["limit"]), bool(config.get("hints", True))).results
     except Exception as err:  # ol failed, not the submission: say so rather than leave no results
         results = {"status": "error", "message": f"the grader failed: {type(err).__name__}: {err}", "tests": [],

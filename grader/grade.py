@@ -15,7 +15,6 @@ import csv
 import json
 import math
 import os
-import queue
 import re
 import shutil
 import signal
@@ -30,8 +29,10 @@ from pathlib import Path
 
 from grader.catalog import Catalog, Module, check_fixtures, load_catalog
 from grader.errors import GraderError, UsageError
+from grader.isolation import WALL_FACTOR, check_wall
+from grader.protocol import SUBMISSION_ENV
 from grader.run import STARTUP_ALLOWANCE, run_limit
-from grader.sandbox import Sandbox, claim
+from grader.sandbox import Cgroup, Sandbox, cgroup_name, claim
 
 CSV_HEADER = ["submission", "score", "max_score", "status", "failed_tests", "hint"]
 # The whole check of one submission, unless --limit says otherwise: CALIBRATION_FACTOR times the
@@ -77,8 +78,10 @@ class Graded:
 
 
 def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None = None,
-          timeout: float | None = None, limit: float | None = None) -> int:
-    """Grade every submission; 0 when each was graded (whatever its score), 3 when ol itself failed on one."""
+          timeout: float | None = None, limit: float | None = None, unsandboxed: bool = False) -> int:
+    """Grade every submission; 0 when each was graded (whatever its score), 3 when ol itself failed on
+    one. Learner code runs in bubblewrap (:mod:`grader.sandbox`); without it ol refuses, unless
+    ``unsandboxed``, which each submission's results record."""
     catalog = load_catalog()
     module = catalog.get(module_id)
     check_fixtures(module)
@@ -92,23 +95,20 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     out_dir.mkdir(parents=True, exist_ok=True)
     names = _unique_names(paths)
     files = json_names(names)
-    slots: queue.Queue[Sandbox] = queue.Queue()
-    for _ in range(jobs):
-        slots.put(claim())
+    box = claim(unsandboxed)
+    if unsandboxed:
+        print("Grading UNSANDBOXED (--unsandboxed): learner code can read and reach what ol can; "
+              "each submission's results say so.", flush=True)
     started = time.monotonic()
-    bounds = Bounds(limit, {}) if limit and timeout else calibrate(catalog, module, slots.queue[0], timeout)
+    bounds = Bounds(limit, {}) if limit and timeout else calibrate(catalog, module, box, timeout)
     limit = limit or bounds.limit
     progress = _Progress(len(paths))
     stopping = threading.Event()
 
     def one(item: tuple[Path, str, str]) -> Graded:
         path, name, file = item
-        slot = slots.get()
-        try:
-            progress.begin()
-            graded = grade_in_worker(module.id, path, name, slot, timeout, limit, tests=bounds.tests)
-        finally:
-            slots.put(slot)
+        progress.begin()
+        graded = grade_in_worker(module.id, path, name, box, timeout, limit, tests=bounds.tests)
         if stopping.is_set():
             raise KeyboardInterrupt
         (out_dir / file).write_text(json.dumps(readable_json(graded.results), indent=2) + "\n")
@@ -145,7 +145,9 @@ class Bounds:
 def calibrate(catalog: Catalog, module: Module, box: Sandbox, timeout: float | None) -> Bounds:
     """Grade the reference first: this machine must pass it, and its times set each submission's
     bounds (the whole check: ``CALIBRATION_FACTOR`` times it, within ``MIN_LIMIT``..``DEFAULT_LIMIT``
-    s; each test: :func:`per_test_timeouts`, unless ``timeout`` is given)."""
+    s; each test: :func:`per_test_timeouts`, unless ``timeout`` is given). Bounds are CPU seconds of
+    the learner's code, so the reference's own are the catalog's: a busy machine stretches its
+    wall-clock time, never what it computes, and never makes it fail here."""
     print(f"Checking the reference's {module.id} here first ...", flush=True)
     with tempfile.TemporaryDirectory(prefix="ol-grade-ref-") as tmp:
         package = Path(tmp) / "reference" / "tinyllm"
@@ -164,7 +166,8 @@ def calibrate(catalog: Catalog, module: Module, box: Sandbox, timeout: float | N
             f"at least {TEST_FLOOR:g} s, at most the catalog's {module.timeout:g} s)" if tests else
             f"each test by {timeout or module.timeout:g} s")
     print(f"The reference passes in {graded.seconds:.1f} s; each submission's check is bounded by {limit:.0f} s, "
-          f"{each} (--limit, --timeout to change).", flush=True)
+          f"{each}, in CPU time of the learner's code; on the clock, {WALL_FACTOR:g} times that "
+          "(--limit, --timeout to change).", flush=True)
     return Bounds(limit, tests)
 
 
@@ -252,28 +255,33 @@ def grade_in_worker(module_id: str, path: Path, name: str, box: Sandbox, timeout
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ol-grade-out-") as tmp:
         out = Path(tmp) / "results.json"
-        command = [sys.executable, "-B", "-m", "grader.submission", module_id, str(path.resolve()), str(out),
+        # The submission's path travels in the environment, which only this user can read: no
+        # command line names it.
+        command = [sys.executable, "-B", "-m", "grader.submission", module_id, str(out),
                    "--sandbox", box.to_env(), "--limit", str(limit)]
         if not hints:
             command.append("--no-hints")
         if timeout:
             command += ["--timeout", str(timeout)]
-        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1",
+               SUBMISSION_ENV: str(path.resolve())}
         if tests:
             env[TEST_TIMEOUTS_ENV] = json.dumps(tests)
         child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, start_new_session=True)
         _WORKERS.add(child)
+        bound = check_wall(limit) + WORKER_MARGIN
         try:
-            _, err = child.communicate(timeout=limit + WORKER_MARGIN + STARTUP_ALLOWANCE)
+            _, err = child.communicate(timeout=bound + STARTUP_ALLOWANCE)
         except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.communicate()
-            box.reap()
-            return Graded(name, _error(module_id, f"grading took longer than {limit + WORKER_MARGIN:g} s and was stopped"),
+            _stop(child)
+            return Graded(name, _error(module_id, f"grading took longer than {bound:g} s and was stopped"),
                           time.monotonic() - started)
         finally:
             _WORKERS.discard(child)
+            # Whatever the worker left (a case worker of a diagnosis cut short, a learner's process):
+            # its cgroup is ended with everything in it.
+            Cgroup(cgroup_name(child.pid)).close()
         try:
             results = json.loads(out.read_text())
         except (OSError, ValueError):
@@ -287,16 +295,20 @@ _WORKERS: set[subprocess.Popen] = set()
 
 def stop_workers() -> None:
     """Ask every grading process to stop (each then kills what it started), then kill them."""
-    workers = list(_WORKERS)
-    for child in workers:
+    for child in list(_WORKERS):
+        _stop(child)
+
+
+def _stop(child: subprocess.Popen) -> None:
+    """Ask a grading process to stop (it then kills what it started), then kill its group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGTERM)
+    try:
+        child.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child.pid, signal.SIGTERM)
-    for child in workers:
-        try:
-            child.wait(5)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.pid, signal.SIGKILL)
+            os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
 
 
 def _error(module_id: str, message: str) -> dict:

@@ -43,13 +43,12 @@ from pathlib import Path
 
 import numpy as np
 import rpyc
-from rpyc.core.async_ import AsyncResultTimeout
 from rpyc.core.stream import SocketStream
 
 from grader import learner_server
 from grader.learner_server import (NUMERIC_KINDS, RPC_CONFIG, RPC_FD_ENV, SCALARS, Objects, builtin_base, kept,
                                    rebuild, resolve)
-from grader.sandbox import Sandbox, hide_memory
+from grader.sandbox import Sandbox, hide_memory, tree_cpu_seconds
 
 LEARNER_IMPL_ENV = "OL_LEARNER_IMPL"
 LEARNER_SANDBOX_ENV = "OL_LEARNER_SANDBOX"
@@ -83,8 +82,10 @@ def prepare(sources, root: Path, box: Sandbox) -> tuple[Path, dict[str, str]]:
 
     learner = assemble.build(sources, root / "learner")
     shutil.copyfile(Path(learner_server.__file__), learner / SERVER)
-    box.share(learner)
-    box.traverse(learner)
+    # What the server imports of ol: beside it, since nothing of ol's own folder is in the sandbox.
+    (learner / "grader").mkdir()
+    for name in ("__init__.py", "protocol.py"):
+        shutil.copyfile(Path(learner_server.__file__).parent / name, learner / "grader" / name)
     judge = root / "judge" / "tinyllm"
     judge.mkdir(parents=True)
     judge.parent.chmod(0o700)
@@ -110,31 +111,42 @@ class _Session:
         impl = os.environ[LEARNER_IMPL_ENV]
         box = Sandbox.from_env(os.environ.get(LEARNER_SANDBOX_ENV, ""))
         mine, theirs = socket.socketpair()
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": impl, "OL_IMPL": impl,
+        env = {"PATH": "/usr/bin:/bin", "HOME": impl, "OL_IMPL": impl,
                RPC_FD_ENV: str(theirs.fileno()), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self.process = subprocess.Popen([sys.executable, "-B", "-s", str(Path(impl) / SERVER)], cwd=impl, env=env,
-                                        pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=box.preexec)
+        self.process = box.learner_process([sys.executable, "-B", "-s", str(Path(impl) / SERVER)], Path(impl), env,
+                                           theirs.fileno())
         theirs.close()
         self.conn = rpyc.connect_stream(SocketStream(mine), service=JudgeService, config=dict(RPC_CONFIG))
         _Session.generation += 1
         self.generation = _Session.generation
         self._root = None
 
-    def remote_describe(self, name: str):
-        return self._remote().describe(name)
+    def request(self, name: str, argument):
+        """Send one request to the learner's service (``describe`` or ``invoke``); its answer is
+        awaited by :func:`_reply`."""
+        return self.started()._calls[name](argument)
 
-    def remote_invoke(self, payload: bytes):
-        return self._remote().invoke(payload)
-
-    def _remote(self):
-        # The first request waits for the learner's process to start; until then the judge goes on.
+    def started(self) -> "_Session":
+        """This session, once the learner's process answers."""
         if self._root is None:
+            # The learner's process starting (the interpreter, numpy, rpyc): no learner code runs yet.
+            self.conn._config["sync_request_timeout"] = STARTUP
             self._root = self.conn.root
-        return self._root
+            self._calls = {n: rpyc.async_(getattr(self._root, n)) for n in ("describe", "invoke")}
+        return self
+
+    def cpu(self) -> float:
+        """CPU seconds the learner's processes of this session have used so far."""
+        try:
+            return tree_cpu_seconds(self.process.pid)
+        except OSError:
+            return 0.0
 
     def kill(self) -> None:
+        global _RETIRED_CPU
+        if self.process.poll() is None:
+            _RETIRED_CPU += self.cpu()
         try:
             self.process.kill()
         except OSError:
@@ -150,7 +162,8 @@ class _Session:
                 status = None
         how = ("stopped answering" if status is None else f"was killed by signal {-status}" if status < 0
                else f"exited with status {status}")
-        return LearnerGone(f"the process running the code under test {how} (did the code call os._exit or crash?)")
+        return LearnerGone(f"the process running the code under test {how} (did the code call os._exit, crash, "
+                           "or go past its memory or process bounds?)")
 
 
 _SESSION: _Session | None = None
@@ -163,22 +176,37 @@ def _session() -> _Session:
     return _SESSION
 
 
-# --- time: each test's deadline, the judge's to keep ------------------------------------------------
+# --- time: each test's bounds, the judge's to keep ------------------------------------------------
+#
+# A test is bounded by the CPU time the learner's processes use in it (what a busy machine does
+# not stretch), and by a wall-clock bound WALL_FACTOR times longer for code that sleeps or waits.
+# The whole check is bounded by the CPU time they use in all.
 
-TEST_TIMEOUT_ENV = "OL_TEST_TIMEOUT"      # seconds a test may take (ol's run sets it)
-TEST_TIMEOUTS_ENV = "OL_TEST_TIMEOUTS"    # optional JSON {test name: seconds}, overriding it per test
-_DEADLINE: float | None = None           # when the running test's time is up (monotonic seconds)
-_SECONDS: float | None = None            # the running test's time
-_TIMED_OUT: str | None = None            # why the running test ended, once it has timed out
-_TEST: str = ""                          # the running test's name
+TEST_TIMEOUT_ENV = "OL_TEST_TIMEOUT"      # CPU seconds a test may take (ol's run sets it)
+TEST_TIMEOUTS_ENV = "OL_TEST_TIMEOUTS"    # optional JSON {test name: CPU seconds}, overriding it per test
+CHECK_CPU_ENV = "OL_CHECK_CPU"            # optional CPU seconds for the whole check
+WALL_FACTOR = 3.0
+STARTUP = 60.0                            # seconds for the learner's process to start (no learner code yet)
+SLICE = 0.25                              # how often a wait looks at the clocks
+CHECK_SPENT = "timed out: the whole check used its {seconds:g} s of CPU time"
+_CLOCK: "_Clock | None" = None            # the running test's
+_TIMED_OUT: str | None = None             # why the running test ended, once it has timed out
+_TEST: str = ""                           # the running test's name
+_RETIRED_CPU = 0.0                        # CPU seconds of the learner's processes that have ended
+_CHECK_OVER: str | None = None            # why the code under test is called no more, once the check's CPU is spent
 # The learner's functions that did not return in time, and why: a later call to one fails at once
 # instead of costing its test's whole time again (the check of a submission that hangs in one
 # function stays short; the function must be fixed anyway).
 _HUNG: dict[str, str] = {}
 
 
+def check_wall(cpu: float) -> float:
+    """The wall-clock bound of a whole check whose learner code may use ``cpu`` seconds of CPU."""
+    return WALL_FACTOR * cpu
+
+
 def test_timeout(name: str | None = None) -> float | None:
-    """The seconds test ``name`` may take (``None``: no bound set)."""
+    """The CPU seconds test ``name`` may take (``None``: no bound set)."""
     per_test = json.loads(os.environ.get(TEST_TIMEOUTS_ENV) or "{}")
     if name is not None and isinstance(per_test.get(name), (int, float)):
         return float(per_test[name])
@@ -187,29 +215,67 @@ def test_timeout(name: str | None = None) -> float | None:
 
 
 def import_timeout() -> float | None:
-    """The seconds importing a learner's module may take: the quickest test's bound when bounds are
-    given per test (``ol grade``: importing is far quicker than any test), else a test's."""
+    """The CPU seconds importing a learner's module may take: the quickest test's bound when bounds
+    are given per test (``ol grade``: importing is far quicker than any test), else a test's."""
     per_test = [float(s) for s in json.loads(os.environ.get(TEST_TIMEOUTS_ENV) or "{}").values()
                 if isinstance(s, (int, float))]
     return min(per_test) if per_test else test_timeout()
 
 
+class _Clock:
+    """One test's time (or an import's): the learner's CPU seconds against ``cpu``, the wall clock
+    against ``WALL_FACTOR * cpu``, the whole check's CPU against ``OL_CHECK_CPU``."""
+
+    def __init__(self, cpu: float | None) -> None:
+        self.cpu = cpu
+        self.wall = None if cpu is None else WALL_FACTOR * cpu
+        self.started = time.monotonic()
+        self.base: tuple[int, float] | None = None     # (session, its CPU seconds when this clock began)
+        self.looked = 0.0
+        text = os.environ.get(CHECK_CPU_ENV)
+        self.check_cpu = float(text) if text else None
+
+    def used(self, session: "_Session") -> float:
+        """The learner's CPU seconds under this clock (a session started since counts from zero)."""
+        now = session.cpu()
+        if self.base is None:
+            self.base = (session.generation, now)
+        return now - self.base[1] if self.base[0] == session.generation else now
+
+    def overrun(self, session: "_Session") -> str | None:
+        """Why time is up (None: it is not); the CPU is looked at every ``SLICE`` seconds."""
+        now = time.monotonic()
+        if self.wall is not None and now - self.started > self.wall:
+            return (f"timed out after {self.wall:g} s of wall-clock time, using little CPU (sleeping or waiting?)")
+        if now - self.looked < SLICE and self.base is not None:
+            return None
+        self.looked = now
+        used = self.used(session)
+        if self.cpu is not None and used > self.cpu:
+            return f"timed out after {self.cpu:g} s of CPU time"
+        if self.check_cpu is not None and _RETIRED_CPU + session.cpu() > self.check_cpu:
+            return CHECK_SPENT.format(seconds=self.check_cpu)
+        return None
+
+
 def start_clock(seconds: float | None) -> None:
-    """A test starts: it may take ``seconds`` (None: no bound) in all, whatever it calls."""
-    global _DEADLINE, _SECONDS, _TIMED_OUT
-    _DEADLINE = None if seconds is None else time.monotonic() + seconds
-    _SECONDS, _TIMED_OUT = seconds, None
+    """A test starts: the learner's processes may use ``seconds`` of CPU (None: no bound) in it."""
+    global _CLOCK, _TIMED_OUT
+    _CLOCK, _TIMED_OUT = _Clock(seconds), None
+    _CLOCK.used(_session())
 
 
-def _timed_out(session: "_Session", seconds: float, function: str | None) -> LearnerTimedOut:
-    global _TIMED_OUT
+def _timed_out(session: "_Session", why: str, function: str | None) -> LearnerTimedOut:
+    global _TIMED_OUT, _CHECK_OVER
     session.kill()
+    if why.startswith(CHECK_SPENT.split("{")[0]):
+        _CHECK_OVER = f"{why}, so the code under test is not called again in this check"
     if _TIMED_OUT is None:
         what = f"{function} did not return" if function else "the code under test did not answer"
-        _TIMED_OUT = f"timed out after {seconds:g} s: {what} (an endless loop, or far slower than the reference?)"
+        _TIMED_OUT = f"{why}: {what} (an endless loop, or far slower than the reference?)"
         if function:
-            _HUNG.setdefault(function, f"timed out earlier: {function} did not return within {seconds:g} s in "
-                                       f"{_TEST}, so it is not called again in this check")
+            _HUNG.setdefault(function, f"timed out earlier: {function} did not return ({why.removeprefix('timed out ')}) "
+                                       f"in {_TEST}, so it is not called again in this check")
     return LearnerTimedOut(_TIMED_OUT)
 
 
@@ -233,27 +299,30 @@ def pytest_runtest_setup(item) -> None:
     global _TEST
     _TEST = getattr(item, "originalname", item.name).removeprefix("test_")
     # A learner's process killed by the last test starts again before this test's time runs.
-    _session()._remote()
+    _session().started()
     start_clock(test_timeout(_TEST))
 
 
-def _reply(call, *args, function: str | None = None) -> dict:
+def _reply(name: str, argument, function: str | None = None) -> dict:
     """The learner's process's answer to one request (``function``: the learner's function it calls)."""
     if _TIMED_OUT is not None:
         raise LearnerTimedOut(_TIMED_OUT)
+    if _CHECK_OVER is not None:
+        raise LearnerTimedOut(_CHECK_OVER)
     if function in _HUNG:
         raise LearnerTimedOut(_HUNG[function])
     session = _session()
     # Outside a test (importing the learner's modules while pytest collects) each request gets the
     # time an import may take.
-    seconds = _SECONDS if _DEADLINE is not None else import_timeout()
-    deadline = _DEADLINE if _DEADLINE is not None else (time.monotonic() + seconds if seconds else None)
-    session.conn._config["sync_request_timeout"] = (None if deadline is None
-                                                    else max(0.0, deadline - time.monotonic()))
+    clock = _CLOCK if _CLOCK is not None else _Clock(import_timeout())
     try:
-        text = call(session, *args)
-    except AsyncResultTimeout:
-        raise _timed_out(session, seconds, function) from None
+        answer = session.request(name, argument)
+        while not answer.ready:
+            session.conn.serve(SLICE)
+            why = clock.overrun(session)
+            if why is not None:
+                raise _timed_out(session, why, function)
+        text = answer.value
     except (EOFError, OSError) as err:
         if _TIMED_OUT is not None:
             raise LearnerTimedOut(_TIMED_OUT) from None
@@ -261,6 +330,8 @@ def _reply(call, *args, function: str | None = None) -> dict:
     except Exception:
         raise
     except BaseException as err:  # sent by the learner's process (KeyboardInterrupt): not the judge's to obey
+        if isinstance(err, LearnerTimedOut):
+            raise
         raise LearnerGone(f"the process running the code under test sent {type(err).__name__}") from None
     if type(text) is not str:
         raise LearnerGone("the process running the code under test answered with something other than data")
@@ -274,7 +345,7 @@ def invoke(op: str, spec: tuple, args=(), kwargs=None):
     """Run ``op`` (call, getattr, ...) on ``spec`` in the learner's process; the result, decoded."""
     args, kwargs = list(args), dict(kwargs or {})
     payload = _dumps((op, spec, args, kwargs))
-    data = _reply(lambda s, p: s.remote_invoke(p), payload, function=_function_of(op, spec))
+    data = _reply("invoke", payload, function=_function_of(op, spec))
     if "raise" in data:
         raise _exception(data["raise"])
     for key, state in data.get("after") or []:
@@ -292,7 +363,7 @@ def _function_of(op: str, spec: tuple) -> str | None:
 def invoke_each(spec: tuple, calls: list[tuple]) -> list:
     """Call ``spec`` with each argument tuple of ``calls`` in the learner's process, as a loop would."""
     calls = [(list(args), {}) for args in calls]
-    data = _reply(lambda s, p: s.remote_invoke(p), _dumps(("map", spec, calls, {})), function=_function_of("call", spec))
+    data = _reply("invoke", _dumps(("map", spec, calls, {})), function=_function_of("call", spec))
     for item in data.get("after") or []:
         if type(item) is list and len(item) == 2 and type(item[0]) is int and 0 <= item[0] < len(calls):
             args = calls[item[0]][0]
@@ -322,7 +393,7 @@ _DATACLASSES: dict[tuple[str, str, tuple], type] = {}
 def _described(name: str) -> dict:
     if name not in _DESCRIBED:
         try:
-            data = _reply(lambda s, n: s.remote_describe(n), name)
+            data = _reply("describe", name)
         except LearnerTimedOut:
             raise ImportError(f"importing tinyllm/{name.rsplit('.', 1)[-1]}.py took longer than {import_timeout():g} s; "
                               "is there a loop at import time?") from None
@@ -592,8 +663,9 @@ def _array(value: dict) -> np.ndarray:
 
 def _copy_back(target, state) -> None:
     """Give an argument the learner's call changed its final contents (a list rolled back, an rng drawn)."""
-    if target is None or isinstance(target, (Handle, MirrorObject)):
-        return     # it lives in the learner's process (a handle), or is a copy the learner never changes
+    if target is None or isinstance(target, (Handle, MirrorObject)) or not _by_value(target):
+        return     # it lives in the learner's process (a handle), is a copy the learner never changes, or
+        #            it is the judge's own object, which the learner's code may only call
     if type(state) is dict and "$state" in state:
         new = decode(state["$state"])
         if type(new) is dict and hasattr(target, "__dict__") and not dataclasses.is_dataclass(target):
@@ -683,12 +755,18 @@ def _public(name) -> str:
 
 
 def _getattr(target, args: list) -> tuple:
-    value = getattr(target, _public(args[0]))
-    if type(value).__name__ == "module" or isinstance(value, type):
-        raise AttributeError(f"{args[0]!r} is not for the code under test")
-    if callable(value) and not _by_value(value):
-        return ("method", defined_by_class(target, args[0]))
-    return ("ok", value)
+    """Only the public methods of a judge's object are reachable from the learner's side (a target's
+    ``cached``, ``extend``, ...); its data, the suite's record of what the code did, is not."""
+    name = _method(target, args[0])
+    return ("method", defined_by_class(target, name))
+
+
+def _method(target, name) -> str:
+    """``name`` when it is a public method of ``target`` (its class's, or one the suite set on it)."""
+    value = getattr(target, _public(name), None)
+    if not callable(value) or isinstance(value, type) or type(value).__name__ == "module":
+        raise AttributeError(f"{name!r} is not for the code under test")
+    return name
 
 
 def defined_by_class(target, name: str) -> bool:
@@ -699,13 +777,10 @@ def defined_by_class(target, name: str) -> bool:
 def _callback(target, op: str, args: list) -> tuple:
     if op == "call":
         name, positional, named = args
-        function = target if name is None else getattr(target, _public(name))
+        function = target if name is None else getattr(target, _method(target, name))
         if type(named) is not dict or type(positional) is not list:
             raise TypeError("malformed call")
         return (function(*positional, **{_public(k): v for k, v in named.items()}),)
-    if op == "setattr":
-        setattr(target, _public(args[0]), args[1])
-        return (None,)
     if op == "repr":
         return (repr(target)[:2000],)
     raise ValueError(f"unknown operation {op!r}")

@@ -27,6 +27,7 @@ import base64
 import builtins
 import dataclasses
 import enum
+import functools
 import importlib
 import io
 import json
@@ -160,7 +161,7 @@ class JudgeRef:
         return method
 
     def __setattr__(self, name: str, value) -> None:
-        _callback(self._ol_ref, "setattr", [name, value])
+        raise AttributeError(f"the judge's objects cannot be changed from the code under test (setting {name!r})")
 
     def __call__(self, *args, **kwargs):
         return _callback(self._ol_ref, "call", [None, list(args), kwargs])
@@ -283,6 +284,12 @@ def describe(module_name: str) -> list[dict]:
             continue
         origin = getattr(value, "__module__", None) or ""
         where = [origin, getattr(value, "__qualname__", name)]
+        if not isinstance(value, type) and callable(value):
+            # Found again by this module's attribute: a decorated function's or a lambda's
+            # ``__qualname__`` does not lead back to it.
+            where = [module_name, name]
+            if isinstance(value, functools.partial):    # its __module__ is functools'
+                origin = package
         if isinstance(value, type):
             if not origin.startswith(package):
                 continue

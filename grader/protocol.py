@@ -5,6 +5,7 @@ import os
 
 FD_ENV = "OL_REPORT_FD"        # the number of the pipe's write end in the test process
 NONCE_ENV = "OL_REPORT_NONCE"  # a random string every record must carry
+SUBMISSION_ENV = "OL_SUBMISSION"  # the submission a grading process grades (never on a command line)
 
 
 def where_in_package(tb) -> str | None:

@@ -24,17 +24,23 @@ from pathlib import Path
 from typing import Callable
 
 from grader.catalog import Module
-from grader.isolation import LEARNER_IMPL_ENV, TEST_TIMEOUT_ENV
+from grader.isolation import LEARNER_IMPL_ENV, TEST_TIMEOUT_ENV, WALL_FACTOR
 from grader.protocol import FD_ENV, NONCE_ENV
-from grader.sandbox import Sandbox
+from grader.sandbox import Sandbox, limit_process
 
 # Starting Python, numpy and pytest, and importing the suite, on a busy machine.
 STARTUP_ALLOWANCE = 10.0
 # How long a finished session may take to exit (atexit handlers of the code under test).
 EXIT_GRACE = 3.0
-# In an isolated check the judge ends a test that runs out of time itself (grader.isolation) and goes
-# on; the watchdog waits this much longer before it kills the judge.
+# In an isolated check the judge ends a test that runs out of time itself (grader.isolation: its CPU
+# bound, or WALL_FACTOR times it on the wall clock) and goes on; the watchdog waits until then and
+# this much longer before it kills the judge.
 JUDGE_GRACE = 2.0
+
+
+def judge_grace(timeout: float) -> float:
+    """How much longer than ``timeout`` the watchdog gives a test of an isolated check."""
+    return (WALL_FACTOR - 1) * timeout + JUDGE_GRACE
 
 # Test processes running now, so an interrupted ol can stop them all (see stop_all).
 _LIVE: set[subprocess.Popen] = set()
@@ -91,8 +97,8 @@ def run_suite(module: Module, impl: Path, timeout: float | None = None, keyword:
 
     ``timeout`` bounds each test (default: the catalog's), ``limit`` the whole run (default
     :func:`run_limit`); ``keyword`` is pytest's ``-k``. ``on_outcome`` hears each test's outcome as
-    soon as it is known. With a ``sandbox`` every test process runs inside it (limits, another
-    user: :mod:`grader.sandbox`); ``env`` adds to its environment.
+    soon as it is known. With a ``sandbox`` (an isolated check) every test process has
+    :func:`~grader.sandbox.limit_process`'s limits; ``env`` adds to its environment.
     """
     timeout = timeout or module.timeout
     state = _RunState(module, keyword is not None, time.monotonic() + (limit or run_limit(module, timeout)),
@@ -100,8 +106,6 @@ def run_suite(module: Module, impl: Path, timeout: float | None = None, keyword:
     with tempfile.TemporaryDirectory(prefix="ol-run-") as tmp:
         rundir = Path(tmp)
         (rundir / "pytest.ini").write_text(PYTEST_INI)
-        if sandbox is not None:
-            sandbox.share(rundir)
         targets = [str(module.suite)]
         while True:
             _run_once(module, impl, rundir, targets, keyword if not state.restarted else None, timeout, state,
@@ -231,17 +235,15 @@ def _run_once(module: Module, impl: Path, rundir: Path, targets: list[str], keyw
             child = subprocess.Popen(command, cwd=rundir, env=env,
                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
                                      start_new_session=True,
-                                     preexec_fn=sandbox.preexec if sandbox is not None else None)
+                                     preexec_fn=limit_process if sandbox is not None else None)
         finally:
             os.close(write_fd)
         _LIVE.add(child)
         try:
-            _watch(child, read_fd, nonce, timeout, state, log_path, JUDGE_GRACE if isolated else 0.0)
+            _watch(child, read_fd, nonce, timeout, state, log_path, judge_grace(timeout) if isolated else 0.0)
         finally:
             os.close(read_fd)
             _kill_group(child)
-            if sandbox is not None:
-                sandbox.reap()
             _LIVE.discard(child)
     state.output.append(log_path.read_text(errors="replace"))
 

@@ -1,183 +1,422 @@
-"""Where code ol does not trust runs: resource limits, and another user when ol runs as root.
+"""Where code ol does not trust runs: bubblewrap, cgroups and resource limits.
 
-A process started with :meth:`Sandbox.preexec` gets limits on its address space, on the size of
-the files it writes (a flood of output), on core dumps and, when ol is root, runs as an
-unprivileged user of its own (``uid``): it cannot signal, trace or read the memory of ol's
-processes, cannot write ol's files, and the limit on processes (a fork bomb) counts only its own.
-:meth:`Sandbox.reap` kills whatever that user still runs afterwards (daemons that left the
-process group). When the interpreter lives where such a user cannot reach it (``/root`` here),
-the user keeps one capability, reading and searching folders (``CAP_DAC_READ_SEARCH``), and still
-cannot write anything of ol's or touch its processes.
+The learner's process of an isolated check is started by :meth:`Sandbox.learner_process` inside
+bubblewrap (``bwrap``, the sandbox Flatpak runs apps in; Debian and Ubuntu package it as
+``bubblewrap``). Its root is an allow-list, read-only but for a small private scratch: the
+interpreter, the standard library, numpy and rpyc, and the learner's own folder; nothing else of
+the machine exists there (not the course, not the answer cache, not other submissions, not the
+temporary folders, not ``/run`` or ``/home``). It gets fresh user, PID, IPC, network, UTS and
+cgroup namespaces, no capabilities, no-new-privs, a session of its own, and dies with the process
+that started it. ol passes bwrap its arguments through a pipe (``--args``), so no path of a
+submission is on any command line.
 
-Where the kernel lets root make namespaces (probed once per run: :func:`claim`), the process also
-gets a mount namespace of its own, in which the course (ol's repository, the catalog's root, the
-cache of the reference's answers) and the temporary folders (ol's judge files, other
-submissions) are covered by empty, small ``tmpfs`` mounts, and only its own folder (its working
-directory), the interpreter, numpy, rpyc and the two files of ol that its server imports are
-mounted back; and a network namespace of its own, with no interface up: no connection leaves it,
-not even to ``127.0.0.1``. The user, without ``CAP_SYS_ADMIN``, cannot undo either.
+Where the machine lets ol make cgroups (root, with cgroup v2's ``memory`` and ``pids``
+controllers, or v1's ``memory`` and ``pids`` hierarchies), every learner process of one
+submission shares a cgroup that bounds their memory and their number together, and the
+submission's whole tree (the judge, the case workers, the learner's processes) shares another, so
+that :meth:`Cgroup.close` ends every process of it. Elsewhere the per-process limits below apply
+and :func:`kill_descendants` ends the tree.
+
+Every process ol starts for a submission also has limits of its own (:func:`limit_process`):
+address space, the size of a file it writes (a flood of output), no core dumps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
-import fcntl
+import dataclasses
+import functools
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
-import tempfile
+import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from grader.errors import GraderError
 
-# Unprivileged users for sandboxed code: each ol run claims its own (one per grading slot), so
-# process limits and the final kill never reach another run's processes.
-FIRST_UID = 61000
-USERS = 512
-ADDRESS_SPACE = 4 << 30
-FILE_SIZE = 64 << 20
-PROCESSES = 64
+ADDRESS_SPACE = 4 << 30          # each process
+FILE_SIZE = 64 << 20             # each file a process writes
+LEARNER_MEMORY = 3 << 30         # all of one submission's learner processes together (cgroups)
+LEARNER_PROCESSES = 64           # likewise
+SCRATCH = 64 << 20               # the learner's writable /tmp, and /dev/shm
+INSTALL_HINT = ("install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
+                "or pass --unsandboxed to grade without it (the results say so)")
 
-_PR_SET_KEEPCAPS = 8
-_PR_CAP_AMBIENT = 47
-_PR_CAP_AMBIENT_RAISE = 2
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_DUMPABLE = 4
-_CAP_DAC_READ_SEARCH = 2
-_CAPABILITY_VERSION_3 = 0x20080522
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWNET = 0x40000000
-_MS_NOSUID = 2
-_MS_NODEV = 4
-_MS_BIND = 4096
-_MS_REC = 16384
-_MS_PRIVATE = 1 << 18
+# Where the learner's folder is inside the sandbox.
+INSIDE = "/submission"
+# What the learner's server imports besides the standard library (numpy's own libraries and rpyc's
+# dependency included).
+PACKAGES = ("numpy", "rpyc", "plumbum")
 
-REPO = Path(__file__).resolve().parents[1]
-# What the learner's server (grader/learner_server.py, copied beside the package) imports of ol.
-SERVER_NEEDS = ("grader/__init__.py", "grader/protocol.py")
-# Each empty tmpfs of a secluded process: room for a few temporary files, not for a flood.
-COVER_SIZE = "16m"
+
+def limit_process() -> None:
+    """Between fork and exec of any process ol starts for untrusted code: per-process limits."""
+    for limit, value in ((resource.RLIMIT_AS, ADDRESS_SPACE), (resource.RLIMIT_FSIZE, FILE_SIZE),
+                         (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(limit, (value, value))
 
 
 @dataclass(frozen=True)
 class Sandbox:
-    uid: int | None = None          # run as this user (ol is root), or None: ol's own user
-    read_capability: bool = False   # keep CAP_DAC_READ_SEARCH (the interpreter is out of the user's reach)
-    processes: int = PROCESSES
-    reaps: int | None = None        # also kill this user's processes after a run (the judge of an isolated check)
-    seclude: bool = False           # mount and network namespaces of its own (root only, where permitted)
-    hidden: tuple[str, ...] = ()    # folders a secluded process does not see (see seclusion)
-    keep: tuple[str, ...] = ()      # paths inside them it sees all the same
+    """How the learner's processes of one check are held: ``contained`` in bubblewrap (False only
+    when the instructor asked for ``--unsandboxed``), and the submission's cgroup, if any."""
+
+    contained: bool = True
+    cgroup: str = ""
 
     def to_env(self) -> str:
         """This sandbox as one environment variable's value (for the judge that starts the learner's process)."""
-        return "" if self.uid is None else f"{self.uid}:{int(self.read_capability)}:{int(self.seclude)}"
+        return f"{int(self.contained)}:{self.cgroup}"
 
     @classmethod
     def from_env(cls, text: str) -> "Sandbox":
-        """The sandbox ``to_env`` wrote; a secluded one also learns here, before any fork, what it hides."""
-        if not text:
-            return cls()
-        uid, capability, *seclude = text.split(":")
-        if seclude != ["1"]:
-            return cls(int(uid), capability == "1")
-        hidden, keep = seclusion()
-        return cls(int(uid), capability == "1", seclude=True, hidden=hidden, keep=keep)
+        contained, _, group = (text or "1:").partition(":")
+        return cls(contained == "1", group)
 
-    def judge(self) -> "Sandbox":
-        """Limits only, for the judge of an isolated check, which then kills what this sandbox's user left."""
-        return Sandbox(reaps=self.uid)
+    @property
+    def group(self) -> "Cgroup | None":
+        return Cgroup(self.cgroup) if self.cgroup else None
 
-    def preexec(self) -> None:
-        """Runs in the child between fork and exec: limits first, then the namespaces, then the user."""
-        for limit, value in ((resource.RLIMIT_AS, ADDRESS_SPACE), (resource.RLIMIT_FSIZE, FILE_SIZE),
-                             (resource.RLIMIT_CORE, 0)):
-            resource.setrlimit(limit, (value, value))
-        if self.uid is None:
-            return
-        resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
-        libc = ctypes.CDLL(None, use_errno=True)
-        if self.seclude:
-            _seclude(libc, self.hidden, (os.getcwd(), *self.keep))
-        if self.read_capability:
-            libc.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0)
-        os.setgroups([])
-        os.setgid(self.uid)
-        os.setuid(self.uid)
-        if self.read_capability:
-            _keep_read_capability(libc)
+    def learner_process(self, argv: list[str], folder: Path, env: dict[str, str], keep_fd: int) -> subprocess.Popen:
+        """Start ``argv`` (an interpreter and a script in ``folder``) as the learner's process: in
+        bubblewrap with ``folder`` as its working directory, or, unsandboxed, with limits only (as
+        ``nobody`` when ol is root and that user can start the interpreter).
+        ``keep_fd`` (the judge's socket) is the one descriptor it inherits."""
+        group = self.group
 
-    def share(self, path: Path, writable: bool = False) -> None:
-        """Let the sandbox's user read ``path`` (a folder, recursively), and write it if ``writable``."""
-        if self.uid is None:
-            return
-        for root, dirs, files in os.walk(path):
-            os.chmod(root, 0o777 if writable else 0o755)
-            if writable:
-                os.chown(root, self.uid, self.uid)
-            for name in files:
-                os.chmod(os.path.join(root, name), 0o644)
+        def preexec() -> None:
+            limit_process()
+            if group is not None:
+                group.join("learner")
 
-    def traverse(self, path: Path) -> None:
-        """Let the sandbox's user pass through ol's temporary folders above ``path`` (not list or
-        read them); a folder that is not ol's (``ol-*`` and what it made inside) is left as it is."""
-        if self.uid is None:
-            return
-        for folder in Path(path).resolve().parents:
-            mode = folder.stat().st_mode
-            if mode & 0o001:
-                return
-            if not any(part.startswith("ol-") for part in folder.parts):
-                return
-            os.chmod(folder, mode | 0o001)
+        options = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not self.contained:
+            user = _unprivileged_user()
+            if user is not None:
+                _open_to_others(folder)
 
-    def reap(self) -> None:
-        """Kill every process the sandbox's user still runs (daemons that left their process group)."""
-        uid = self.uid if self.uid is not None else self.reaps
-        if uid is None:
-            return
-        for _ in range(5):
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    os.setuid(uid)
-                    os.kill(-1, signal.SIGKILL)
-                finally:
-                    os._exit(0)
-            os.waitpid(pid, 0)
-            if not _runs_processes(uid):
-                return
-            time.sleep(0.05)
+            def as_user() -> None:
+                preexec()
+                if user is not None:
+                    os.setgroups([])
+                    os.setgid(user)
+                    os.setuid(user)
 
-
-def claim() -> Sandbox:
-    """A sandbox of this process's own: a user no other ol run holds (a lock held until this
-    process exits) when ol is root, else limits only."""
-    if os.geteuid() != 0:
-        return Sandbox()
-    locks = Path(tempfile.gettempdir()) / "ol-sandbox-users"
-    locks.mkdir(mode=0o700, exist_ok=True)
-    for uid in range(FIRST_UID, FIRST_UID + USERS):
-        fd = os.open(locks / str(uid), os.O_CREAT | os.O_RDWR, 0o600)
+            return subprocess.Popen(argv, cwd=folder, env=env, pass_fds=(keep_fd,), start_new_session=True,
+                                    preexec_fn=as_user, **options)
+        env = {**env, **{k: v.replace(str(folder), INSIDE) for k, v in env.items() if str(folder) in v}}
+        argv = [a.replace(str(folder), INSIDE) for a in argv]
+        words = [*_bwrap_options(), "--ro-bind", str(folder), INSIDE, "--remount-ro", "/", "--chdir", INSIDE,
+                 *(w for k, v in env.items() for w in ("--setenv", k, v))]
+        read, write = os.pipe()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        _CLAIMED.append(fd)
-        box = Sandbox(uid, read_capability=not _interpreter_reachable(uid), seclude=namespaces_permitted())
-        box.reap()    # what a run that crashed may have left
-        return box
-    raise GraderError(f"every sandbox user ({FIRST_UID}-{FIRST_UID + USERS - 1}) is held by another ol run")
+            os.write(write, b"".join(w.encode() + b"\0" for w in words))
+        finally:
+            os.close(write)
+        try:
+            # Only the command (paths inside the sandbox) is on bwrap's command line.
+            return subprocess.Popen([bwrap(), "--args", str(read), "--", *argv], env={}, pass_fds=(keep_fd, read),
+                                    preexec_fn=preexec, **options)
+        finally:
+            os.close(read)
 
 
-_CLAIMED: list[int] = []
+NOBODY = 65534
 
+
+@functools.cache
+def _unprivileged_user() -> int | None:
+    """Unsandboxed, as root: the user the learner's process runs as (``nobody``), if that user can
+    start this interpreter with numpy and rpyc; else None (it runs as ol's user)."""
+    if os.geteuid() != 0:
+        return None
+
+    def become() -> None:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+
+    try:
+        done = subprocess.run([sys.executable, "-c", "import numpy, rpyc"], preexec_fn=become, capture_output=True,
+                              timeout=60, cwd="/")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return NOBODY if done.returncode == 0 else None
+
+
+def _open_to_others(folder: Path) -> None:
+    """Let other users read ``folder`` and pass through ol's temporary folders above it."""
+    for root, _, files in os.walk(folder):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    for parent in folder.resolve().parents:
+        if not any(part.startswith("ol-") for part in parent.parts):
+            break
+        os.chmod(parent, parent.stat().st_mode | 0o001)
+
+
+@functools.cache
+def bwrap() -> str:
+    found = shutil.which("bwrap") or ""
+    if not found:
+        raise GraderError(f"bubblewrap (bwrap) is not installed: {INSTALL_HINT}")
+    return found
+
+
+@functools.cache
+def why_not_contained() -> str | None:
+    """Why learner code cannot run in bubblewrap here (None: it can), tried once per process."""
+    if not shutil.which("bwrap"):
+        return "bubblewrap (bwrap) is not installed"
+    words = [*_bwrap_options(), "--remount-ro", "/", "--", sys.executable, "-c", "import numpy, rpyc"]
+    try:
+        done = subprocess.run([bwrap(), *words], capture_output=True, text=True, timeout=60, env={})
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"bwrap could not start: {err}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"bwrap failed here ({last})"
+    return None
+
+
+def claim(unsandboxed: bool = False, required: bool = True) -> Sandbox:
+    """The sandbox for one check: in bubblewrap unless ``unsandboxed``. Where bubblewrap cannot run,
+    ``required`` (grading) refuses, saying how to install it; otherwise (a learner's own
+    ``ol check --isolate``) the check runs unsandboxed."""
+    if unsandboxed:
+        return Sandbox(contained=False)
+    why = why_not_contained()
+    if why is None:
+        return Sandbox()
+    if required:
+        raise GraderError(f"{why}; learner code is graded only inside it: {INSTALL_HINT}")
+    return Sandbox(contained=False)
+
+
+@contextlib.contextmanager
+def held(box: Sandbox, whole_tree: bool = False) -> Iterator[Sandbox]:
+    """``box`` (from :func:`claim`) with a cgroup of its own for one check where the machine allows
+    (:func:`cgroup_name`); ``whole_tree``: this process and all it starts join the cgroup too.
+    On leaving, every process of the cgroup but this one is killed and the cgroup removed."""
+    group = Cgroup.create(cgroup_name(os.getpid()))
+    if group is not None and whole_tree:
+        group.join("judge")
+    try:
+        yield dataclasses.replace(box, cgroup=group.name if group is not None else "")
+    finally:
+        if group is not None:
+            group.close()
+
+
+def cgroup_name(pid: int) -> str:
+    """The cgroup of the check that process ``pid`` holds (so that its parent can end it too)."""
+    return f"ol-check-{pid}"
+
+
+@functools.cache
+def _bwrap_options() -> tuple[str, ...]:
+    """bwrap's options for every learner process: namespaces, no capabilities, the allow-list root
+    (made read-only by a last ``--remount-ro /`` once the learner's folder is in it)."""
+    words = ["--unshare-all", "--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534",
+             "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+             "--proc", "/proc", "--dev", "/dev", "--size", str(SCRATCH), "--tmpfs", "/dev/shm",
+             "--size", str(SCRATCH), "--tmpfs", "/tmp"]
+    for source, dest in _system_binds():
+        if dest.count("/") == 1 and os.path.islink(dest):    # /lib -> usr/lib: the same link inside
+            words += ["--symlink", os.readlink(dest), dest]
+        else:
+            words += ["--ro-bind", source, dest]
+    covers = _site_folders()
+    for folder in covers:
+        words += ["--tmpfs", folder]
+    for package in _package_folders():
+        words += ["--ro-bind", package, package]
+    for folder in covers:
+        words += ["--remount-ro", folder]
+    return tuple(words)
+
+
+def _system_binds() -> list[tuple[str, str]]:
+    """The shared libraries, the interpreter and the standard library, each where it is."""
+    paths = ["/usr", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache"]
+    executable = sys.executable
+    paths += [sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]]
+    library = sysconfig.get_config_var("INSTSONAME") if sysconfig.get_config_var("Py_ENABLE_SHARED") else None
+    if library:
+        paths.append(os.path.join(sysconfig.get_config_var("LIBDIR"), library))
+    venv = Path(sys.prefix) / "pyvenv.cfg"
+    if venv.exists():
+        paths.append(str(venv))
+    binds = [(os.path.realpath(p), p) for p in dict.fromkeys(paths) if os.path.lexists(p)]
+    binds.append((os.path.realpath(executable), executable))
+    # A folder's own bind comes after its parent's, so it lands inside it.
+    return sorted(binds, key=lambda b: b[1].count("/"))
+
+
+def _site_folders() -> list[str]:
+    """The site-packages folders inside what is bound: covered, so that only :data:`PACKAGES` show."""
+    import site
+
+    candidates = {*site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    bound = [dest for _, dest in _system_binds()]
+    return sorted(p for p in candidates if os.path.isdir(p) and any(_inside(p, b) for b in bound))
+
+
+def _package_folders() -> list[str]:
+    """Where the learner's server's packages are (numpy's bundled libraries beside numpy)."""
+    import importlib.util
+
+    found = []
+    for name in PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise GraderError(f"the sandbox needs the package {name}, which is not installed")
+        folder = list(spec.submodule_search_locations)[0]
+        found.append(folder)
+        libs = folder + ".libs"
+        if os.path.isdir(libs):
+            found.append(libs)
+    return found
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+# --- cgroups: one submission's processes, bounded together and ended together ------------------------
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+class Cgroup:
+    """A submission's cgroup, ``<name>/judge`` (ol's processes for it) and ``<name>/learner`` (the
+    learner's processes, with bounds on their memory and number), in each hierarchy it needs."""
+
+    LEAVES = ("judge", "learner")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @classmethod
+    def create(cls, name: str) -> "Cgroup | None":
+        """Make the cgroup (None where this machine does not let ol: not root, or no hierarchies)."""
+        roots = _hierarchies()
+        if not roots:
+            return None
+        group = cls(name)
+        try:
+            for root in roots:
+                for leaf in cls.LEAVES:
+                    (root / name / leaf).mkdir(parents=True, exist_ok=True)
+                if (root / "cgroup.controllers").exists():
+                    (root / name / "cgroup.subtree_control").write_text("+memory +pids")
+            group._limit()
+        except OSError:
+            group.close()
+            return None
+        return group
+
+    def _limit(self) -> None:
+        for root in _hierarchies():
+            learner = root / self.name / "learner"
+            for file, value in (("memory.max", LEARNER_MEMORY), ("memory.swap.max", 0),
+                                ("memory.limit_in_bytes", LEARNER_MEMORY),
+                                ("memory.memsw.limit_in_bytes", LEARNER_MEMORY), ("pids.max", LEARNER_PROCESSES)):
+                if (learner / file).exists():
+                    (learner / file).write_text(str(value))
+
+    def join(self, leaf: str) -> None:
+        """Move the calling process into ``leaf`` (between fork and exec, or for ol itself)."""
+        for root in _hierarchies():
+            fd = os.open(root / self.name / leaf / "cgroup.procs", os.O_WRONLY)
+            try:
+                os.write(fd, str(os.getpid()).encode())
+            finally:
+                os.close(fd)
+
+    def pids(self) -> set[int]:
+        found = set()
+        for root in _hierarchies():
+            for leaf in self.LEAVES:
+                try:
+                    found |= {int(p) for p in (root / self.name / leaf / "cgroup.procs").read_text().split()}
+                except OSError:
+                    continue
+        return found
+
+    def close(self) -> None:
+        """Kill every process in the cgroup (but the caller, which moves back out) and remove it."""
+        me = os.getpid()
+        for _ in range(50):
+            others = self.pids() - {me}
+            if not others:
+                break
+            for pid in others:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            _reap_children()
+            time.sleep(0.02)
+        for root in _hierarchies():
+            if me in self.pids():
+                try:
+                    (root / "cgroup.procs").write_text(str(me))
+                except OSError:
+                    pass
+            for leaf in self.LEAVES:
+                _rmdir(root / self.name / leaf)
+            _rmdir(root / self.name)
+
+
+def _rmdir(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+@functools.cache
+def _hierarchies() -> tuple[Path, ...]:
+    """The cgroup folders ol uses: v2's root when it offers memory and pids, else v1's memory and
+    pids hierarchies; none when ol cannot write there (not root)."""
+    if os.geteuid() != 0:
+        return ()
+    v2 = CGROUP_ROOT / "cgroup.controllers"
+    if v2.exists() and {"memory", "pids"} <= set(v2.read_text().split()):
+        return (CGROUP_ROOT,)
+    v1 = (CGROUP_ROOT / "memory", CGROUP_ROOT / "pids")
+    if all((p / "cgroup.procs").exists() for p in v1):
+        return v1
+    return ()
+
+
+def bounds_whole_tree() -> bool:
+    """Whether a submission's learner processes are bounded together here (cgroups)."""
+    return bool(_hierarchies())
+
+
+def cgroups_note() -> str:
+    """How the learner's memory and processes are bounded here, for the grader's report."""
+    roots = _hierarchies()
+    if not roots:
+        return "no cgroups here (ol is not root, or the machine offers none): memory and processes bounded per process"
+    kind = "v2" if roots == (CGROUP_ROOT,) else "v1"
+    return (f"cgroups {kind}: a submission's learner processes share {LEARNER_MEMORY >> 30} GiB "
+            f"and {LEARNER_PROCESSES} processes")
+
+
+# --- ending processes ------------------------------------------------------------------------------
 
 def become_subreaper() -> None:
     """Orphaned descendants (a daemon that double-forked) become this process's children, so
@@ -196,11 +435,7 @@ def kill_descendants() -> None:
     """SIGKILL every process below this one (found through /proc), until none is left."""
     me = os.getpid()
     for _ in range(20):
-        parents = _parents()
-        below, frontier = set(), {me}
-        while frontier:
-            frontier = {pid for pid, ppid in parents.items() if ppid in frontier and pid not in below}
-            below |= frontier
+        below = descendants(me)
         if not below:
             return
         for pid in below:
@@ -212,6 +447,43 @@ def kill_descendants() -> None:
         time.sleep(0.02)
 
 
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid``."""
+    return _below(pid, _stats()) - {pid}
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time used so far by ``pid`` and every process below it (those that ended and were waited
+    for included, through their parents' counts)."""
+    stats = _stats()
+    return sum(stats[p][1] for p in _below(pid, stats) if p in stats) / _TICKS
+
+
+def _below(pid: int, stats: dict[int, tuple[int, int]]) -> set[int]:
+    found, frontier = {pid}, {pid}
+    while frontier:
+        frontier = {p for p, (parent, _) in stats.items() if parent in frontier and p not in found}
+        found |= frontier
+    return found
+
+
+def _stats() -> dict[int, tuple[int, int]]:
+    """Each process: its parent, and its user + system ticks with those of its waited-for children."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        found[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]))
+    return found
+
+
 def _reap_children() -> None:
     while True:
         try:
@@ -220,138 +492,3 @@ def _reap_children() -> None:
             return
         if pid == 0:
             return
-
-
-def _parents() -> dict[int, int]:
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        found[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return found
-
-
-def _runs_processes(uid: int) -> bool:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    return True
-            except OSError:
-                continue
-    return False
-
-
-_REACHABLE: dict[int, bool] = {}
-
-
-def _interpreter_reachable(uid: int) -> bool:
-    """Whether ``uid`` can start this Python and import numpy and pytest without extra rights."""
-    if uid not in _REACHABLE:
-        try:
-            done = subprocess.run([sys.executable, "-c", "import numpy, pytest"], preexec_fn=Sandbox(uid).preexec,
-                                  capture_output=True, timeout=60, cwd="/")
-            _REACHABLE[uid] = done.returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            _REACHABLE[uid] = False
-    return _REACHABLE[uid]
-
-
-def seclusion() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """What a secluded process does not see: the course (ol's repository, ``OL_COURSE_ROOT``), the
-    reference's and the pitfalls' answers, the temporary folders; and what it sees all the same,
-    wherever it is: the interpreter, numpy, rpyc, and the files of ol its server imports."""
-    import numpy
-    import rpyc
-
-    from grader.catalog import COURSE_ROOT_ENV
-    from grader.diagnose import cache_dir
-
-    covered = {REPO, Path(os.environ.get(COURSE_ROOT_ENV) or REPO), cache_dir(), Path(tempfile.gettempdir()),
-               Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")}
-    found = sorted({str(p.expanduser().resolve()) for p in covered if p.expanduser().is_dir()} - {"/"})
-    keep = [sys.prefix, sys.exec_prefix, sys.base_prefix, Path(numpy.__file__).parent, Path(rpyc.__file__).parent,
-            *(REPO / name for name in SERVER_NEEDS)]
-    hidden = [p for p in found if not any(_inside(p, q) for q in found if q != p)]
-    keep = list(dict.fromkeys(str(Path(k).resolve()) for k in keep))
-    # A path kept inside another is kept with it; one holding a hidden folder would bring it back.
-    keep = [k for k in keep if not any(_inside(k, other) for other in keep if other != k)
-            and not any(_inside(folder, k) for folder in hidden)]
-    return tuple(hidden), tuple(keep)
-
-
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-_NAMESPACES: list[bool] = []
-
-
-def namespaces_permitted() -> bool:
-    """Whether this process may give a child mount and network namespaces and mount a tmpfs there."""
-    if not _NAMESPACES:
-        pid = os.fork()
-        if pid == 0:
-            ok = False
-            try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                ok = libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET) == 0 and \
-                    libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) == 0 and \
-                    libc.mount(b"ol-probe", tempfile.gettempdir().encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=1m") == 0
-            finally:
-                os._exit(0 if ok else 1)
-        _, status = os.waitpid(pid, 0)
-        _NAMESPACES.append(os.waitstatus_to_exitcode(status) == 0)
-    return _NAMESPACES[0]
-
-
-def _seclude(libc, hidden: tuple[str, ...], keep: tuple[str, ...]) -> None:
-    """In the child, as root: new mount and network namespaces; each ``hidden`` folder covered by an
-    empty tmpfs; each path of ``keep`` inside one mounted back where it was; the working directory
-    (the first of ``keep``) entered again through its new mount, so no path leads from it to what
-    is covered."""
-    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET) != 0:
-        raise OSError(ctypes.get_errno(), "unshare")
-    _mount(libc, "none", "/", None, _MS_REC | _MS_PRIVATE)
-    handles = [(path, os.open(path, os.O_PATH)) for path in keep
-               if os.path.exists(path) and any(_inside(path, folder) for folder in hidden)]
-    for folder in hidden:
-        _mount(libc, "ol-cover", folder, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={COVER_SIZE},mode=1777")
-    for path, fd in handles:
-        if os.path.isdir(f"/proc/self/fd/{fd}"):
-            os.makedirs(path, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            open(path, "a").close()
-        _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND)
-        os.close(fd)
-    os.chdir(keep[0])
-
-
-def _mount(libc, source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    if libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
-                  data.encode() if data else None) != 0:
-        raise OSError(ctypes.get_errno(), f"mount {target}")
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-def _keep_read_capability(libc) -> None:
-    """After setuid with KEEPCAPS: CAP_DAC_READ_SEARCH only, passed on through exec as an ambient capability."""
-    bit = 1 << _CAP_DAC_READ_SEARCH
-    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)(_CapData(bit, bit, bit), _CapData(0, 0, 0))
-    if libc.capset(ctypes.byref(header), data) != 0:
-        raise OSError(ctypes.get_errno(), "capset")
-    if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, _CAP_DAC_READ_SEARCH, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "PR_CAP_AMBIENT_RAISE")

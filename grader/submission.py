@@ -1,17 +1,21 @@
-"""One submission graded in a process of its own: ``python -m grader.submission MODULE PATH OUT [options]``.
+"""One submission graded in a process of its own: ``python -m grader.submission MODULE OUT [options]``
+(an entry point: ``ol grade`` and the exports start it).
 
-``PATH`` is a folder or a zip file holding ``tinyllm/`` (at its top or one folder down). Its
+``OL_SUBMISSION`` (in the environment, so that no command line names it) is a folder or a zip file
+holding ``tinyllm/`` (at its top or one folder down). Its
 ``tinyllm/*.py`` files are copied (or extracted) into a temporary workspace, never changed where
 they are; the check runs there as an isolated check (:mod:`grader.isolation`: the learner's code in
 a :class:`~grader.sandbox.Sandbox` of its own), and ``OUT`` receives the results as
-``ol check --json`` writes them, plus ``score``, ``max_score`` and ``hint``. ``ol grade`` runs one such process per submission, so a submission that exhausts memory,
-floods or forks harms only its own process tree, which this process kills before it exits.
+``ol check --json`` writes them, plus ``score``, ``max_score`` and ``hint``. ``ol grade`` runs one such
+process per submission, in a cgroup of its own where the machine has them, so a submission that
+exhausts memory, floods or forks harms only its own process tree, which is killed when it ends.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import stat
@@ -24,6 +28,7 @@ from grader import assemble, isolation, sandbox
 from grader.catalog import check_fixtures, load_catalog
 from grader.check import CheckResult, evaluate
 from grader.errors import OlError
+from grader.protocol import SUBMISSION_ENV
 from grader.workspace import Workspace
 
 PACKAGE = "tinyllm"
@@ -160,7 +165,10 @@ def grade_one(module_id: str, submission: Path, timeout: float | None, limit: fl
         # points in L10.1 only).
         sources = assemble.plan(catalog, module, ws, True, f"{module.id} alone is graded")
         judge_impl, env = isolation.prepare(sources, Path(tmp) / "isolated", box)
-        result, _ = evaluate(catalog, module, judge_impl, timeout, limit=limit, sandbox=box.judge(), env=env,
+        if limit is not None:
+            env[isolation.CHECK_CPU_ENV] = f"{limit:g}"
+        result, _ = evaluate(catalog, module, judge_impl, timeout, limit=limit and isolation.check_wall(limit),
+                             sandbox=box, env=env,
                              diagnose_failures=hints)
         result.paths += (env[isolation.LEARNER_IMPL_ENV],)
     return _with_score(result)
@@ -179,9 +187,8 @@ def _stop(signum: int, frame: object) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader.submission")
     parser.add_argument("module")
-    parser.add_argument("submission", type=Path)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--sandbox", default=None, help="the sandbox's user, as Sandbox.to_env writes it")
+    parser.add_argument("--sandbox", default=None, help="the sandbox, as Sandbox.to_env writes it")
     parser.add_argument("--timeout", type=float)
     parser.add_argument("--limit", type=float)
     parser.add_argument("--no-hints", action="store_true")
@@ -189,16 +196,18 @@ def main(argv: list[str]) -> int:
     sandbox.become_subreaper()
     sandbox.hide_memory()
     signal.signal(signal.SIGTERM, _stop)
-    box = sandbox.Sandbox.from_env(args.sandbox) if args.sandbox is not None else sandbox.claim()
     try:
-        results = grade_one(args.module, args.submission, args.timeout, args.limit, box,
-                            hints=not args.no_hints)
+        given = sandbox.Sandbox.from_env(args.sandbox) if args.sandbox is not None else sandbox.claim()
+        with sandbox.held(given, whole_tree=True) as box:
+            results = grade_one(args.module, Path(os.environ[SUBMISSION_ENV]), args.timeout, args.limit, box,
+                                hints=not args.no_hints)
+            if not box.contained:
+                results["sandbox"] = "none: graded with --unsandboxed"
     except OlError as err:
         results = {**CheckResult.failed_to_run(args.module, str(err)).as_json(), "score": 0.0, "max_score": 0.0,
                    "hint": "", "grader_error": True}
     finally:
         sandbox.kill_descendants()
-        box.reap()
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(results, indent=2) + "\n")
     tmp.replace(args.out)

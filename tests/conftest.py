@@ -4,6 +4,7 @@ The graded tests in ``course/tests`` bind through ``OL_IMPL`` instead; these do 
 package can never make the reference look broken.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -46,3 +47,16 @@ class CountingRng:
 def counting_rng():
     """The :class:`CountingRng` class: call it with a seed."""
     return CountingRng
+
+
+@pytest.fixture
+def sandboxed():
+    """For tests of grading (ol grade, the exports): skip where bubblewrap cannot run learner code,
+    or fail there when ``TINYLLM_REQUIRE_SANDBOX=1`` (set by ``.ci/run``, which installs it)."""
+    from grader.sandbox import why_not_contained
+
+    why = why_not_contained()
+    if why is not None:
+        if os.environ.get("TINYLLM_REQUIRE_SANDBOX") == "1":
+            pytest.fail(f"TINYLLM_REQUIRE_SANDBOX=1 but {why}")
+        pytest.skip(f"grading needs bubblewrap: {why}")

@@ -16,6 +16,8 @@ import pytest
 
 from ol_helpers import ANSWER_CACHE, REFERENCE, ROOT, ol
 
+pytestmark = pytest.mark.usefixtures("sandboxed")  # every test here grades: bubblewrap
+
 STUB = (ROOT / "course" / "stubs" / "L10.8" / "spec.py").read_text()
 SPEC = (REFERENCE / "spec.py").read_text()
 SUBMISSIONS = {

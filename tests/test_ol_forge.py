@@ -7,14 +7,12 @@ attack added: a single passing test is a forged verdict.
 from __future__ import annotations
 
 import csv
-import os
-import socket
 from pathlib import Path
 
 import pytest
 from ol_helpers import ROOT, daemons_left, ol
 
-from grader import sandbox
+pytestmark = pytest.mark.usefixtures("sandboxed")  # every test here grades: bubblewrap
 
 STUB = (ROOT / "course" / "stubs" / "L10.8" / "spec.py").read_text()
 MARKER = "ol-forge-test-daemon-41c9"
@@ -140,71 +138,3 @@ def test_hostile_battery_gets_no_point(tmp_path):
     assert not forged, f"hostile submissions scored: {forged}"
     assert not daemons_left(MARKER), "a daemon started by a submission outlived ol grade"
     assert ran.seconds < 240, f"the battery took {ran.seconds:.0f} s"
-
-
-# The reference's spec.py, run only if the course's files and ol's judge files cannot be read from
-# the learner's process (its own folder aside): any file it can read stops the import, naming it.
-PEEK = '''
-import glob as _glob, os as _os
-_mine = _os.getcwd()
-_targets = [{secrets}, *_glob.glob("{root}/fixtures/**/*.json", recursive=True)[:3],
-            *_glob.glob("../*/tinyllm/*.py"), *_glob.glob(_os.path.join(_os.environ.get("TMPDIR", "/tmp"), "ol-*", "**", "*.py"), recursive=True)]
-_read = []
-for _path in _targets:
-    if _os.path.realpath(_path).startswith(_mine + "/"):
-        continue
-    try:
-        with open(_path, "rb") as _f:
-            _f.read(1)
-        _read.append(_path)
-    except OSError:
-        pass
-if _read:
-    raise ImportError("the learner's process read " + ", ".join(_read[:4]))
-'''.format(root=ROOT, secrets=", ".join(repr(str(ROOT / p)) for p in (
-    "course/tests/test_l10_8.py", "solutions/tinyllm/spec.py", "fixtures/L10.8/spec_golden.json", "grader/cases.py")))
-
-# The reference's spec.py, run only if no connection leaves the learner's process: a listener of the
-# test on 127.0.0.1, and a public address, must both be out of reach (no route at all: ENETUNREACH).
-NO_NETWORK = '''
-import errno as _errno, socket as _socket
-for _address in (("127.0.0.1", {port}), ("1.1.1.1", 53)):
-    _s = _socket.socket()
-    _s.settimeout(3)
-    try:
-        _s.connect(_address)
-    except OSError as _err:
-        if _err.errno != _errno.ENETUNREACH:
-            raise ImportError(f"the learner's process reached {{_address}}: {{_err!r}}")
-    else:
-        raise ImportError(f"the learner's process connected to {{_address}}")
-    finally:
-        _s.close()
-'''
-
-REFERENCE_SPEC = (ROOT / "solutions" / "tinyllm" / "spec.py").read_text()
-secluded = pytest.mark.skipif(os.geteuid() != 0 or not sandbox.namespaces_permitted(),
-                              reason="the learner's namespaces need root and a kernel that permits them")
-
-
-@secluded
-def test_the_learner_process_cannot_read_the_course(tmp_path):
-    ws = workspace(tmp_path, "peeker", PEEK + REFERENCE_SPEC)
-    # The same file in the test process (ol check without --isolate) reads them: the probe works.
-    ran = ol("check", "L10.8", "--ref-deps", workspace=ws)
-    assert ran.code == 1 and "the learner's process read" in ran.out and "test_l10_8.py" in ran.out, ran.out
-    ran = ol("check", "L10.8", "--ref-deps", "--isolate", workspace=ws, limit=120)
-    assert ran.code == 0 and "20 of 20 tests passed" in ran.out, ran.out
-
-
-@secluded
-def test_the_learner_process_has_no_network(tmp_path):
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        ws = workspace(tmp_path, "caller", NO_NETWORK.format(port=listener.getsockname()[1]) + REFERENCE_SPEC)
-        ran = ol("check", "L10.8", "--ref-deps", "--isolate", workspace=ws, limit=120)
-        assert ran.code == 0 and "20 of 20 tests passed" in ran.out, ran.out
-        # Without --isolate the same file reaches the listener: the probe works.
-        ran = ol("check", "L10.8", "--ref-deps", workspace=ws)
-        assert ran.code == 1 and "connected to ('127.0.0.1'" in ran.out, ran.out

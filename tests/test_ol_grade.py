@@ -11,9 +11,12 @@ import shutil
 import zipfile
 from pathlib import Path
 
+import pytest
 from ol_helpers import REFERENCE, ROOT, daemons_left, ol
 
 from grader.grade import json_names, per_test_timeouts
+
+pytestmark = pytest.mark.usefixtures("sandboxed")  # every test here grades: bubblewrap
 
 STUB = ROOT / "course" / "stubs" / "L10.8" / "spec.py"
 MARKER = "ol-grade-test-daemon-7f3a"
@@ -31,9 +34,11 @@ HOSTILE = {
 
 
 def slowed(seconds: float) -> str:
-    """Appended to the reference's spec.py: every draft of prompt_lookup takes ``seconds`` longer."""
+    """Appended to the reference's spec.py: every draft of prompt_lookup computes ``seconds`` of CPU
+    time longer (bounds are CPU time)."""
     return ("\n_prompt_lookup = prompt_lookup\n\n\ndef prompt_lookup(*args, **kwargs):\n"
-            f"    import time\n    time.sleep({seconds})\n    return _prompt_lookup(*args, **kwargs)\n")
+            f"    import time\n    start = time.process_time()\n    while time.process_time() - start < {seconds}:\n"
+            "        pass\n    return _prompt_lookup(*args, **kwargs)\n")
 
 
 # Every draft takes a second: tests time out one after another until the whole check's bound.
@@ -103,7 +108,9 @@ def test_grade_mixed_class(tmp_path):
     after = {p.name: tree_digest(p) if p.is_dir() else p.read_bytes() for p in everything}
     assert after == before, "ol grade changed a submission"
     assert "Graded 12 submissions" in ran.out
-    assert by_name["slow"]["status"] == "error" and "whole check" in by_name["slow"]["hint"], by_name["slow"]
+    # A draft costs a second of CPU: tests time out one after another until the check's CPU is spent.
+    slow = json.loads((out / files["slow"]).read_text())
+    assert any("the whole check used its 20 s of CPU time" in (t["message"] or "") for t in slow["tests"]), slow
     for file in files.values():
         check_results_v3(json.loads((out / file).read_text()))
 

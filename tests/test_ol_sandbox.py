@@ -1,0 +1,322 @@
+"""The learner's process of a verdict that counts is in bubblewrap: what it cannot reach, hold or leave.
+
+Each probe is the reference's ``spec.py`` with code added at its top that raises ``ImportError``
+naming what it reached: isolated, the check passes 20 of 20 only if the probe reached nothing; the
+same file in a plain ``ol check`` (the learner's process is the test process, as root) fails,
+which shows that each probe does reach what it looks for when nothing stops it.
+"""
+
+from __future__ import annotations
+
+import csv
+import ctypes
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ol_helpers import REFERENCE, ROOT, ol
+
+from grader import isolation, sandbox
+
+pytestmark = pytest.mark.usefixtures("sandboxed")
+
+REFERENCE_SPEC = (REFERENCE / "spec.py").read_text()
+STUB = (ROOT / "course" / "stubs" / "L10.8" / "spec.py").read_text()
+SHM_KEY = 0x0C0FFEE5
+HOST_MARKER = "ol-sandbox-test-host-file"
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the host's secrets here are root's")
+
+# What a learner's process must not reach. Every attempt that succeeds is named in the ImportError.
+PROBE = '''
+import ctypes as _ct, errno as _errno, glob as _glob, os as _os, socket as _socket, struct as _struct
+_reached = []
+
+def _try(what, action):
+    try:
+        if action():
+            _reached.append(what)
+    except OSError:
+        pass
+
+def _reads(path):
+    with open(path, "rb") as f:
+        f.read(1)
+    return True
+
+_libc = _ct.CDLL(None, use_errno=True)
+_try("reached the host's System V memory", lambda: _libc.shmget({key}, 0, 0) >= 0)
+def _commands():
+    for p in [p for p in _os.listdir("/proc") if p.isdigit()]:
+        try:
+            yield open(f"/proc/{{p}}/cmdline", "rb").read()
+        except OSError:
+            pass
+_try("saw ol's processes", lambda: any(b"pytest" in c or b"grader" in c for c in _commands()))
+_status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+if any(int(_status[f], 16) for f in ("CapEff", "CapPrm", "CapBnd", "CapAmb")):
+    _reached.append("holds capabilities")
+if _status["NoNewPrivs"].strip() != "1":
+    _reached.append("may gain privileges")
+# open_by_handle_at: a handle made for a file it can name, opened through the root's mount.
+_handle = _ct.create_string_buffer(8 + 128)
+_struct.pack_into("I", _handle, 0, 128)
+_mount_id = _ct.c_int()
+if _libc.name_to_handle_at(-100, b"/usr/bin/env", _handle, _ct.byref(_mount_id), 0) == 0:
+    if _libc.open_by_handle_at(_os.open("/usr", _os.O_RDONLY), _handle, 0) >= 0:
+        _reached.append("opened a file by its handle")
+for _path in [{secrets}, "/etc/shadow", "/root/.ssh"]:
+    _try("read " + _path, lambda p=_path: _os.listdir(p) if _os.path.isdir(p) else _reads(p))
+_try("saw /dev/shm/{marker}", lambda: _os.path.exists("/dev/shm/{marker}"))
+_try("saw /run/lock", lambda: _os.path.isdir("/run/lock"))
+for _address in (("127.0.0.1", {port}), ("1.1.1.1", 53)):
+    _s = _socket.socket()
+    _s.settimeout(2)
+    _try(f"connected to {{_address}}", lambda: _s.connect(_address) is None)
+    _s.close()
+_try("read ol's temporary folders", lambda: bool(_glob.glob("/tmp/ol-*/**/*.py", recursive=True)))
+if _reached:
+    raise ImportError("the learner's process " + "; ".join(_reached))
+'''
+
+
+def workspace(root: Path, name: str, text: str) -> Path:
+    (root / name / "tinyllm").mkdir(parents=True)
+    (root / name / "tinyllm" / "spec.py").write_text(text)
+    return root / name
+
+
+@as_root
+def test_the_learner_process_reaches_nothing_of_the_machine(tmp_path):
+    libc = ctypes.CDLL(None, use_errno=True)
+    segment = libc.shmget(SHM_KEY, 4096, 0o1600)     # IPC_CREAT | 0600: the host's own segment
+    marker = Path("/dev/shm") / HOST_MARKER
+    marker.write_text("host")
+    try:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen()
+            secrets = ", ".join(repr(str(ROOT / p)) for p in ("solutions/tinyllm/spec.py", "course/tests/test_l10_8.py"))
+            probe = PROBE.format(secrets=secrets, marker=HOST_MARKER, key=SHM_KEY, port=listener.getsockname()[1])
+            ws = workspace(tmp_path, "prober", probe + REFERENCE_SPEC)
+            ran = ol("check", "L10.8", "--ref-deps", workspace=ws)
+            for reached in ("read " + str(ROOT / "solutions/tinyllm/spec.py"), "saw /dev/shm/" + HOST_MARKER,
+                            "System V memory", "holds capabilities", "opened a file by its handle",
+                            "connected to ('127.0.0.1'"):
+                assert reached in ran.out, f"the probe does not find what it looks for ({reached}):\n{ran.out}"
+            ran = ol("check", "L10.8", "--ref-deps", "--isolate", workspace=ws, limit=180)
+            assert ran.code == 0 and "20 of 20 tests passed" in ran.out, ran.out
+    finally:
+        marker.unlink()
+        libc.shmctl(segment, 0, None)     # IPC_RMID
+
+
+# The learner's imports spawn children that each hold memory, or many processes: the whole tree is
+# bounded together (cgroups), so the probe never sees them all succeed.
+MEMORY_PROBE = '''
+import os as _os, time as _time
+_children = []
+for _ in range(4):
+    _r, _w = _os.pipe()
+    _pid = _os.fork()
+    if _pid == 0:
+        try:
+            _block = bytearray(1 << 30)
+            for _i in range(0, len(_block), 4096):
+                _block[_i] = 1
+            _os.write(_w, b"1")
+            _time.sleep(3)
+        finally:
+            _os._exit(0)
+    _os.close(_w)
+    _children.append((_pid, _r))
+_held = sum(len(_os.read(_r, 1)) for _pid, _r in _children)
+for _pid, _r in _children:
+    _os.waitpid(_pid, 0)
+_forked = 0
+try:
+    for _ in range(100):
+        if _os.fork() == 0:
+            _time.sleep(2)
+            _os._exit(0)
+        _forked += 1
+except OSError:
+    pass
+if _held == 4 or _forked == 100:
+    raise ImportError(f"the learner's processes held {_held} GiB at once and ran {_forked} processes")
+'''
+
+
+@pytest.mark.skipif(not sandbox.bounds_whole_tree(), reason="no cgroups here to bound a whole tree")
+def test_memory_and_processes_are_bounded_for_the_whole_tree(tmp_path):
+    ws = workspace(tmp_path, "hoarder", MEMORY_PROBE + REFERENCE_SPEC)
+    ran = ol("check", "L10.8", "--ref-deps", "--isolate", workspace=ws, limit=180)
+    assert ran.code == 0 and "20 of 20 tests passed" in ran.out, ran.out
+
+
+# A classmate's submission: found from the command lines of ol's processes, or in the temporary
+# folders, then run in place of the stub. It scores only if it reaches another submission.
+CLASSMATE = '''
+import glob as _glob, os as _os
+_found = []
+for _pid in [p for p in _os.listdir("/proc") if p.isdigit()]:
+    try:
+        _words = open(f"/proc/{_pid}/cmdline", "rb").read().decode(errors="replace").split("\\0")
+    except OSError:
+        continue
+    _found += [w for w in _words if _os.path.isdir(w)]
+_found += _glob.glob("/tmp/**/tinyllm", recursive=True) + _glob.glob("/work/**/tinyllm", recursive=True)
+for _folder in _found:
+    for _path in _glob.glob(_os.path.join(_folder, "**", "spec.py"), recursive=True):
+        try:
+            _text = open(_path).read()
+        except OSError:
+            continue
+        if "def prompt_lookup" in _text and "NotImplementedError" not in _text.split("def prompt_lookup")[1][:2000]:
+            exec(compile(_text, _path, "exec"), globals())
+            break
+'''
+
+# Changing the judge's objects: every attribute write to a target, and a forged reply that would
+# overwrite the fake target's record of what it was fed.
+JUDGE_WRITES = '''
+import sys as _sys
+_server = _sys.modules.get("grader.learner_server") or _sys.modules.get("__main__")
+if _server is not None and hasattr(_server, "_after"):
+    _real_after = _server._after
+    def _forged_after(args, kwargs, before):
+        out = _real_after(args, kwargs, before)
+        for _i, _a in enumerate(args):
+            if type(_a).__name__ == "JudgeRef":
+                out.append([_i, {"$state": {"$d": [["fed_positions", []], ["fed", []]]}}])
+        return out
+    _server._after = _forged_after
+'''
+JUDGE_WRITES_SUFFIX = '''
+
+def generate_stream(target, *args, **kwargs):
+    for _name in ("fed_positions", "fed", "cached", "extend", "truncate"):
+        try:
+            setattr(target, _name, None)
+        except Exception:
+            pass
+    return []
+'''
+
+
+def test_a_hostile_class_scores_nothing_and_leaves_nothing(tmp_path):
+    """One ol grade run: attacks beside correct controls. Attacks score 0; controls, 20 of 20;
+    no process, temporary folder or cgroup of the run is left."""
+    subs_dir = tmp_path / "subs"
+    subs = [workspace(subs_dir, "control-first", REFERENCE_SPEC),
+            workspace(subs_dir, "classmate", CLASSMATE + STUB),
+            workspace(subs_dir, "judge-writes", JUDGE_WRITES + STUB + JUDGE_WRITES_SUFFIX),
+            workspace(subs_dir, "control-last", REFERENCE_SPEC)]
+    scratch = tmp_path / "tmp"     # ol's temporary folders: nothing may stay there
+    scratch.mkdir()
+    out = tmp_path / "out"
+    ran = ol("grade", "L10.8", *map(str, subs), "--jobs", "2", "--out", str(out), env={"TMPDIR": str(scratch)},
+             limit=600)
+    assert ran.code == 0, ran.text
+    rows = {r["submission"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert rows["control-first"]["score"] == rows["control-last"]["score"] == "20", rows
+    for attack in ("classmate", "judge-writes"):
+        assert rows[attack]["score"] == "0", rows[attack]
+    assert not list(scratch.iterdir()), f"left behind: {sorted(p.name for p in scratch.iterdir())}"
+    assert not _ol_cgroups(), f"cgroups left: {_ol_cgroups()}"
+
+
+def test_honest_code_in_unusual_shapes_passes_isolated(tmp_path):
+    """A function wrapped in a decorator without functools.wraps, one bound to a lambda, one a
+    functools.partial: found by the module's attribute, not by their __qualname__."""
+    text = REFERENCE_SPEC + '''
+
+def _traced(function):
+    def wrapper(*args, **kwargs):
+        return function(*args, **kwargs)
+    return wrapper
+
+
+prompt_lookup = _traced(prompt_lookup)
+_ngram_draft = ngram_draft
+ngram_draft = lambda *args, **kwargs: _ngram_draft(*args, **kwargs)  # noqa: E731
+import functools as _functools
+rollback = _functools.partial(rollback)
+'''
+    ws = workspace(tmp_path, "shapes", text)
+    ran = ol("check", "L10.8", "--ref-deps", "--isolate", workspace=ws, limit=180)
+    assert ran.code == 0 and "20 of 20 tests passed" in ran.out, ran.out
+
+
+def test_a_busy_machine_does_not_fail_correct_code(tmp_path):
+    """Bounds are CPU time: four CPU-bound loops beside ol grade do not make the reference refuse
+    to pass, nor a correct submission fail."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
+    try:
+        subs = [workspace(tmp_path / "subs", f"correct-{i}", REFERENCE_SPEC) for i in range(2)]
+        out = tmp_path / "out"
+        ran = ol("grade", "L10.8", *map(str, subs), "--jobs", "2", "--out", str(out), limit=900)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert ran.code == 0, ran.text
+    rows = list(csv.DictReader((out / "grades.csv").open()))
+    assert [r["score"] for r in rows] == ["20", "20"], (rows, ran.out)
+
+
+def test_the_judge_changes_no_object_of_its_own_for_the_learner():
+    """The judge's side of the protocol: only a judge object's class methods are reachable, no
+    attribute can be set, and a reply's state is copied only into objects sent by value."""
+
+    class Fake:
+        def __init__(self) -> None:
+            self.fed_positions = [1, 2, 3]
+
+        def cached(self) -> int:
+            return 3
+
+    fake = Fake()
+    number = isolation.JUDGE_OBJECTS.number(fake)
+    service = isolation.JudgeService()
+    refused = [isolation.pickle.loads(service.exposed_callback(number, op, json.dumps(args)))
+               for op, args in (("getattr", ["fed_positions"]), ("setattr", ["fed_positions", []]),
+                                ("call", ["__init__", [], {}]), ("call", ["fed_positions", [], {}]))]
+    assert all(reply[0] == "raise" for reply in refused), refused
+    assert isolation.pickle.loads(service.exposed_callback(number, "getattr", json.dumps(["cached"]))) == ("method", True)
+    isolation._copy_back(fake, {"$state": {"$d": [["fed_positions", []]]}})
+    assert fake.fed_positions == [1, 2, 3]
+    sent = [1, 2]
+    isolation._copy_back(sent, [3])
+    assert sent == [3]
+
+
+def _ol_cgroups() -> list[str]:
+    """ol's cgroups whose check has ended (those of checks still running elsewhere are theirs)."""
+    found = [*Path("/sys/fs/cgroup").glob("*/ol-check-*"), *Path("/sys/fs/cgroup").glob("ol-check-*")]
+    return [str(p) for p in found if not Path(f"/proc/{p.name.removeprefix('ol-check-').split('-')[0]}").exists()]
+
+
+@pytest.mark.skipif(not sandbox.bounds_whole_tree(), reason="no cgroups here")
+def test_closing_a_cgroup_ends_every_process_in_it():
+    """What ol grade does after each submission: a process tree that left its session (a case
+    worker, a daemon) is ended with the cgroup, and the cgroup is gone."""
+    group = sandbox.Cgroup.create(sandbox.cgroup_name(os.getpid()) + "-test")
+    assert group is not None
+    tree = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen([sys.executable, "
+                             "'-c', 'import time; time.sleep(600)'], start_new_session=True); time.sleep(600)"],
+                            preexec_fn=lambda: group.join("judge"))
+    try:
+        for _ in range(100):
+            if len(group.pids()) == 2:
+                break
+            import time
+            time.sleep(0.05)
+        assert len(group.pids()) == 2, group.pids()
+    finally:
+        group.close()
+    assert tree.wait(5) == -9
+    assert not group.pids() and not list(Path("/sys/fs/cgroup").glob(f"*/{group.name}"))
