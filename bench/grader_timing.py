@@ -1,18 +1,25 @@
-"""Median wall times of ``ol check`` on a passing and on a failing file, and of ``ol mutants``.
+"""Wall times of ``ol check`` on a failing file, diagnosis included: the first check after
+``ol start`` and later (warm) checks, for L10.8 and L10.9; and ``ol check`` on a passing file.
 
-    python bench/grader_timing.py [--check-runs 5] [--mutant-runs 3] [--module L10.8] [--pitfall s06]
+    python bench/grader_timing.py [--modules L10.8 L10.9] [--first-runs 3] [--check-runs 5]
+                                  [--hog 1] [--mutant-runs 0]
 
-Each run is the real command in a temporary workspace. The passing file is the reference's; the
-failing one is the reference with a named pitfall's patch, so ``ol check`` diagnoses it: the first
-run fills an empty answer cache (the reference's and every pitfall's answers), the later runs
-find it filled, as a learner's second check does.
-The machine's load average is printed first: on a shared machine wall times grow with it, CPU
-times (user + system of every process the command started) much less.
+The failing file is the reference's with a named pitfall's patch (s06 for L10.8, t10 for L10.9),
+checked with ``--ref-deps`` as a learner who has not written the modules it needs would.
+
+- *first check after ol start*: an empty answer cache; ``ol start`` (which launches the warmer in
+  the background, as it does for a learner), the failing file written in at once, then ``ol check``.
+  The time printed runs from ``ol start``, so it includes the warmer's head start (none to speak of).
+- *warm*: later checks of the same file, the cache filled.
+
+``--hog N`` runs N CPU-bound processes beside the checks (default 1: the issue's "one other job").
+The machine's load average is printed first: on a shared machine wall times grow with it.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import resource
 import shutil
@@ -25,6 +32,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PITFALL = {"L10.8": "s06", "L10.9": "t10", "L10.1": "p03"}
 
 
 def ol() -> list[str]:
@@ -32,12 +40,13 @@ def ol() -> list[str]:
     return [script] if script else [sys.executable, "-m", "grader"]
 
 
-def timed(args: list[str], cwd: Path, cache: Path, expect: int = 0) -> tuple[float, float]:
-    """Wall seconds and CPU seconds (user + system, all child processes) of one ``ol`` run."""
+def run(args: list[str], cwd: Path, cache: Path, expect: int, warm: bool = False) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system of its waited-for children) of one ``ol`` run."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OL_CACHE_DIR": str(cache), "OL_LAST_WORKSPACE_FILE": ""}
+    env.pop("OL_NO_WARM", None) if warm else env.update(OL_NO_WARM="1")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run([*ol(), *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OL_CACHE_DIR": str(cache)})
+    done = subprocess.run([*ol(), *args], cwd=cwd, capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != expect:
@@ -45,44 +54,83 @@ def timed(args: list[str], cwd: Path, cache: Path, expect: int = 0) -> tuple[flo
     return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def report(label: str, runs: list[tuple[float, float]]) -> None:
-    walls = [w for w, _ in runs]
+def failing_file(module: dict, workspace: Path) -> None:
+    """The module's learner files, the reference's with the pitfall's patch, into ``workspace``."""
+    for name in module["learner_files"]:
+        shutil.copyfile(ROOT / "solutions" / "tinyllm" / name, workspace / "tinyllm" / name)
+    pitfall = next(p for p in module["pitfall"] if p["id"] == PITFALL[module["id"]])
+    patch = (ROOT / pitfall["mutant"]).read_text().replace("solutions/tinyllm/", "tinyllm/")
+    subprocess.run(["patch", "-s", "-p1"], input=patch, text=True, cwd=workspace, check=True)
+
+
+def wait_for_warmer(cache: Path, module_id: str) -> None:
+    """Until the background warmer of ``module_id`` has let go of its lock (it has finished)."""
+    lock_file = cache / module_id / "warming.lock"
+    while True:
+        try:
+            with open(lock_file, "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+        except (BlockingIOError, FileNotFoundError):
+            time.sleep(0.5)
+
+
+def report(label: str, walls: list[float], cpus: list[float]) -> None:
     shown = ", ".join(f"{w:.2f}" for w in walls)
-    cpu = statistics.median(c for _, c in runs)
-    print(f"{label}: median {statistics.median(walls):.2f} s wall over {len(runs)} runs ({shown}); "
-          f"median CPU {cpu:.2f} s")
+    print(f"{label}: median {statistics.median(walls):.2f} s wall over {len(walls)} runs ({shown}); "
+          f"median CPU {statistics.median(cpus):.2f} s", flush=True)
+
+
+def bench_module(module: dict, tmp: Path, first_runs: int, check_runs: int) -> None:
+    mid = module["id"]
+    check = ["check", mid, *(["--ref-deps"] if module.get("needs") else [])]
+    what = f"ol check {' '.join(check[2:])}".rstrip()
+    firsts, first_cpus, cache, ws = [], [], tmp, tmp
+    for n in range(first_runs):
+        cache, ws = tmp / f"{mid}-cache-{n}", tmp / f"{mid}-ws-{n}"
+        started = time.perf_counter()
+        _, start_cpu = run(["start", mid, "--workspace", str(ws)], tmp, cache, 0, warm=True)
+        failing_file(module, ws)
+        _, cpu = run(check, ws, cache, 1)
+        firsts.append(time.perf_counter() - started)
+        first_cpus.append(start_cpu + cpu)
+        wait_for_warmer(cache, mid)
+    report(f"{mid}: {what}, failing file ({PITFALL[mid]}), first check after ol start (from ol start)",
+           firsts, first_cpus)
+    warm = [run(check, ws, cache, 1) for _ in range(check_runs)]
+    report(f"{mid}: {what}, failing file ({PITFALL[mid]}), warm", [w for w, _ in warm], [c for _, c in warm])
+    passing = tmp / f"{mid}-passing"
+    (passing / "tinyllm").mkdir(parents=True)
+    for name in module["learner_files"]:
+        shutil.copyfile(ROOT / "solutions" / "tinyllm" / name, passing / "tinyllm" / name)
+    ok = [run(check, passing, cache, 0) for _ in range(check_runs)]
+    report(f"{mid}: {what}, passing file", [w for w, _ in ok], [c for _, c in ok])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--module", default="L10.8")
+    parser.add_argument("--modules", nargs="+", default=["L10.8", "L10.9"])
+    parser.add_argument("--first-runs", type=int, default=3)
     parser.add_argument("--check-runs", type=int, default=5)
-    parser.add_argument("--mutant-runs", type=int, default=3)
-    parser.add_argument("--pitfall", default="s06", help="the pitfall the failing file makes (default s06)")
+    parser.add_argument("--hog", type=int, default=1, help="CPU-bound processes running beside the checks")
+    parser.add_argument("--mutant-runs", type=int, default=0)
     args = parser.parse_args()
-    catalog = tomllib.loads((ROOT / "course" / "modules" / f"{args.module}.toml").read_text())
-    pitfall = next(p for p in catalog["pitfall"] if p["id"] == args.pitfall)
-    print(f"{os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    with tempfile.TemporaryDirectory(prefix="ol-bench-") as tmp:
-        passing, failing, cache = Path(tmp) / "passing", Path(tmp) / "failing", Path(tmp) / "cache"
-        for workspace in (passing, failing):
-            (workspace / "tinyllm").mkdir(parents=True)
-            for name in catalog["learner_files"]:
-                shutil.copyfile(ROOT / "solutions" / "tinyllm" / name, workspace / "tinyllm" / name)
-        patch = (ROOT / pitfall["mutant"]).read_text().replace("solutions/tinyllm/", "tinyllm/")
-        subprocess.run(["patch", "-s", "-p1"], input=patch, text=True, cwd=failing, check=True)
-        check = [timed(["check", args.module, "--ref-deps"], passing, cache) for _ in range(args.check_runs)]
-        report(f"ol check {args.module} --ref-deps, passing file", check)
-        for selection in ([], ["-k", pitfall["caught_by"]]):
-            shutil.rmtree(cache, ignore_errors=True)
-            what = f"ol check {args.module} --ref-deps {' '.join(selection)}".rstrip()
-            cold = timed(["check", args.module, "--ref-deps", *selection], failing, cache, expect=1)
-            report(f"{what}, failing file ({args.pitfall}), empty answer cache", [cold])
-            warm = [timed(["check", args.module, "--ref-deps", *selection], failing, cache, expect=1)
-                    for _ in range(args.check_runs)]
-            report(f"{what}, failing file ({args.pitfall}), diagnosis included", warm)
-        mutants = [timed(["mutants", args.module], passing, cache) for _ in range(args.mutant_runs)]
-        report(f"ol mutants {args.module}", mutants)
+    print(f"{os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"{args.hog} CPU-bound job(s) beside the checks", flush=True)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hog)]
+    try:
+        with tempfile.TemporaryDirectory(prefix="ol-bench-") as tmp:
+            for module_id in args.modules:
+                module = tomllib.loads((ROOT / "course" / "modules" / f"{module_id}.toml").read_text())
+                bench_module(module, Path(tmp), args.first_runs, args.check_runs)
+                if args.mutant_runs:
+                    runs = [run(["mutants", module_id], ROOT, Path(tmp) / "mutants-cache", 0)
+                            for _ in range(args.mutant_runs)]
+                    report(f"ol mutants {module_id}", [w for w, _ in runs], [c for _, c in runs])
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
     return 0
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from grader import assemble, isolation, sandbox
 from grader.catalog import Catalog, Module, check_fixtures, load_catalog
-from grader.diagnose import Diagnosis, diagnose
+from grader.cases import ANSWERS_ENV
+from grader.diagnose import Diagnosis, diagnose, read_recorded
 from grader.errors import OlError, UsageError
 from grader.run import SuiteRun, TestOutcome, run_suite
 from grader.workspace import Workspace, resolve_workspace
@@ -78,11 +79,17 @@ def evaluate(catalog: Catalog, module: Module, impl: Path, timeout: float | None
              limit: float | None = None, diagnose_failures: bool = True, **run_options) -> tuple[CheckResult, SuiteRun]:
     """Run ``module``'s suite on the package in ``impl`` and diagnose its failures; nothing is printed
     except through ``on_outcome`` and, with ``announce_diagnosis``, a line before the diagnosis."""
-    started = time.monotonic()
-    run = run_suite(module, impl, timeout=timeout, keyword=keyword, limit=limit, on_outcome=on_outcome, **run_options)
-    seconds = time.monotonic() - started
-    diagnosis = (_diagnose(catalog, module, impl, run, timeout, announce_diagnosis, run_options.get("sandbox"),
-                           run_options.get("env")) if diagnose_failures else None)
+    with tempfile.TemporaryDirectory(prefix="ol-answers-") as answers:
+        if diagnose_failures:
+            # The suite writes each test's answers down as it checks them: the diagnosis reads them
+            # instead of running the learner's code again.
+            run_options["env"] = {**(run_options.get("env") or {}), ANSWERS_ENV: answers}
+        started = time.monotonic()
+        run = run_suite(module, impl, timeout=timeout, keyword=keyword, limit=limit, on_outcome=on_outcome,
+                        **run_options)
+        seconds = time.monotonic() - started
+        diagnosis = (_diagnose(catalog, module, impl, run, timeout, announce_diagnosis, Path(answers),
+                               isolated=run_options.get("sandbox") is not None) if diagnose_failures else None)
     stopped = run.problem or run.broken
     if stopped:
         status = "error"
@@ -159,7 +166,7 @@ def check(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
 
 
 def _diagnose(catalog: Catalog, module: Module, impl: Path, run: SuiteRun, timeout: float | None,
-              announce: bool, sandbox=None, env: dict[str, str] | None = None) -> Diagnosis | None:
+              announce: bool, answers: Path, isolated: bool = False) -> Diagnosis | None:
     """Compare the learner's answers on the tests that failed on an assertion with each named pitfall's.
 
     Tests that failed on a stub, a crash, a timeout or a broken import are left out: their message
@@ -174,7 +181,8 @@ def _diagnose(catalog: Catalog, module: Module, impl: Path, run: SuiteRun, timeo
     if announce:
         print(f"\nComparing your answers on {_plural(len(failed), 'failing test')} with the reference's and each "
               "named pitfall's ...", flush=True)
-    return diagnose(catalog, module, impl, failed, timeout or module.timeout, sandbox=sandbox, env=env)
+    return diagnose(catalog, module, impl, failed, timeout or module.timeout,
+                    recorded=read_recorded(answers, failed), isolated=isolated)
 
 
 def _is_stub(message: str | None) -> bool:

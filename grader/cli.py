@@ -23,14 +23,15 @@ or the OL_WORKSPACE environment variable."""
 CHECK_EPILOG = """A failing test names its first failing case: the call that reproduces it, the expected answer,
 yours, where they part, and the card's rule.
 
-Hints: when tests fail on an assertion, ol runs those tests' cases on your code, on the reference
-and on every named pitfall (each pitfall is a known mistake, kept as a patch on the reference). A
-hint names a pitfall only when its answers equal yours on every case where yours part from the
-reference's (for the statistical test: counts a chi-square test cannot tell apart), so it holds
-with -k and for a single test. Several pitfalls that all coincide are listed, the one that also
-passes the most other cases first. When none coincides, ol says it is not a named pitfall and shows
-the first differing case. The reference's and pitfalls' answers are computed once and cached
-(OL_CACHE_DIR, default ~/.cache/tinyllm-course/answers).
+Hints: when tests fail on an assertion, ol compares those tests' answers, case by case, with the
+reference's and every named pitfall's (each pitfall is a known mistake, kept as a patch on the
+reference). A hint names a pitfall only when it gives your answer on every case of a failing test
+(where yours differs from the reference's and where yours is right; an exception only with the same
+type and message; for the statistical tests, counts a chi-square test cannot tell apart), the
+reference's on the other failing tests, and the matched cases differ in more than true/false
+values; so it holds with -k and for a single test. When none does, ol says it is not a named
+pitfall and shows the first differing case. The reference's and pitfalls' answers are computed once
+and cached (OL_CACHE_DIR, default ~/.cache/tinyllm-course/answers).
 
 exit codes: 0 every test passed, 1 a test failed or timed out, 2 usage (unknown module,
 module not started, a needed module not passing without --ref-deps), 3 the grader could not run

@@ -2,19 +2,24 @@
 
 Every named pitfall exists as code: a mutant, a patch on the reference. For each failing test,
 the test's cases (``grader.cases``) run on the learner's package, on the reference and on every
-mutant; a pitfall *coincides* with the learner on that test when its answers equal the learner's
-on every case where the learner's part from the reference's. The reference's and the mutants'
-answers are cached on disk, keyed by the reference's files, the patch and the suite's files, so
-after the first time only the learner's answers are computed (``ol start`` fills the cache in the
-background: :mod:`grader.warm`).
+mutant. A pitfall *coincides* with the learner on a test when it gives the learner's answer on
+every case of it: where the learner parts from the reference and where the learner is right. It
+is *silent* there when it gives the reference's answer on every case (the test fails for another
+reason), and it *contradicts* the test otherwise: one case where it is wrong and the learner right,
+or where both are wrong differently, rules it out. A pitfall is named when it coincides on a
+failing test, contradicts none, and the cases it matched part from the reference in more than
+true/false values. A hint is never given from which tests fail alone.
 
-How sure a hint is: a coinciding pitfall gives exactly the learner's answers on every differing
-case of the tests named (statistical tests: counts a chi-square test of homogeneity cannot tell
-apart). A hint is never given from which tests fail alone.
+The reference's and the mutants' answers are cached on disk, keyed by the reference's files, the
+patch and the suite's files. A mutant is run only on the tests whose cases call a function its
+patch changes (the reference's run records which functions each test calls); on the others it
+answers as the reference does. ``ol start`` fills the cache in the background (:mod:`grader.warm`);
+the learner's answers come from the check itself (``grader.cases.check`` writes them down).
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -27,16 +32,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.cases import alike, brief, clip
+from grader.cases import alike, brief, clip, telling
 from grader.case_worker import STUB
 from grader.catalog import Catalog, Module, Pitfall
 from grader.mutants import apply_patch
-from grader.sandbox import Sandbox, limit_process
 
 CACHE_ENV = "OL_CACHE_DIR"
 WORKER_STARTUP = 15.0
 MAX_ANSWERS = 32 << 20
 REPO = Path(__file__).resolve().parents[1]
+SAME_AS_REFERENCE = "same_as_reference"   # a mutant's answers to a test whose functions its patch leaves alone
+EVERYTHING = "*"                           # a patch that changes module-level code: every test may see it
 
 
 @dataclass
@@ -52,8 +58,9 @@ class TestDiagnosis:
     test: str
     cases: int = 0
     differing: int = 0
-    pitfalls: list[str] = field(default_factory=list)      # coinciding pitfall ids, most specific first
-    silent: list[str] = field(default_factory=list)        # pitfalls that answer as the reference does here
+    telling: int = 0                                        # differing cases that part in more than booleans
+    pitfalls: list[str] = field(default_factory=list)      # pitfalls giving your answer on every case, catalog order
+    silent: list[str] = field(default_factory=list)        # pitfalls giving the reference's answer on every case
     first: CaseView | None = None                           # the first case where the learner parts
     note: str | None = None                                 # why there is no comparison, if there is none
 
@@ -68,13 +75,23 @@ class TestDiagnosis:
         if not self.differing:
             return ("your answers equal the reference's on every case of this test; "
                     "the failure message says what else it checks")
-        where = f"{self.differing} of {self.cases} cases" if self.cases > 1 else "its one case"
+        where = _cases_where(self.differing, self.cases)
         pitfalls = [p for p in self.pitfalls if p in named]
         if not pitfalls:
-            return (f"your answers part from the reference's on {where}, and no named pitfall gives "
-                    f"your answers: not one of {_ids(module)}")
-        return (f"on {where} where your answers part from the reference's, they coincide with "
-                + "; ".join(_title(module, p) for p in pitfalls))
+            return (f"your answer differs from the reference's on {where}, and no named pitfall gives your "
+                    f"answers on this test (none of {_ids(module)})")
+        return (f"{' and '.join(_title(module, p) for p in pitfalls)} "
+                f"{'gives' if len(pitfalls) == 1 else 'each give'} your answer on {_all_where(self.differing)} "
+                f"where yours differs from the reference's, and the reference's on the other "
+                f"{self.cases - self.differing} (where yours is right too)")
+
+
+def _cases_where(differing: int, cases: int) -> str:
+    return f"{differing} of its {cases} cases" if cases > 1 else "its one case"
+
+
+def _all_where(differing: int) -> str:
+    return "the one case" if differing == 1 else f"all {differing} cases"
 
 
 @dataclass
@@ -83,22 +100,21 @@ class Diagnosis:
     tests: dict[str, TestDiagnosis]
 
     def ranked(self) -> list[tuple[Pitfall, list[str]]]:
-        """Pitfalls that coincide with the learner on some failing test and contradict none.
+        """The pitfalls named, each with the failing tests it explains.
 
-        A pitfall contradicts a test when it answers differently from the learner there and also
-        differently from the reference (a second, independent mistake explains a test where the
-        pitfall answers as the reference does). Those explaining more tests come first; ties keep
-        the order each test ranked them in (the one that also passes the most other cases first).
+        A pitfall is named when it coincides with the learner on some failing test, contradicts
+        none (on each other one it is silent), and the cases it matched part from the reference in
+        more than true/false values (a test of a few booleans never names a pitfall alone). Those
+        explaining more tests come first, then those matching more differing cases, then catalog order.
         """
         tests = [d for d in self.tests.values() if d.diagnosable]
         found = []
-        for pitfall in self.module.pitfalls:
-            agree = [d.test for d in tests if pitfall.id in d.pitfalls]
-            contradict = [d.test for d in tests if pitfall.id not in d.pitfalls and pitfall.id not in d.silent]
-            if agree and not contradict:
-                rank = sum(d.pitfalls.index(pitfall.id) for d in tests if pitfall.id in d.pitfalls)
-                found.append((-len(agree), rank, pitfall, agree))
-        found.sort(key=lambda f: f[:2])
+        for order, pitfall in enumerate(self.module.pitfalls):
+            agree = [d for d in tests if pitfall.id in d.pitfalls]
+            contradict = [d for d in tests if pitfall.id not in d.pitfalls and pitfall.id not in d.silent]
+            if agree and not contradict and sum(d.telling for d in agree) > 0:
+                found.append((-len(agree), -sum(d.differing for d in agree), order, pitfall, [d.test for d in agree]))
+        found.sort(key=lambda f: f[:3])
         return [(pitfall, agree) for *_, pitfall, agree in found]
 
     def as_json(self, test: str) -> dict | None:
@@ -112,17 +128,24 @@ class Diagnosis:
 
     def hint_lines(self) -> list[str]:
         ranked = self.ranked()
-        lines = [f"Hint: pitfall {pitfall.id}, \"{pitfall.title}\": your answers coincide with it on every case "
-                 f"where they part from the reference's in {', '.join(agree)}. Symptom: {pitfall.symptom}."
-                 for pitfall, agree in ranked]
+        lines = [self._hint(pitfall, agree) for pitfall, agree in ranked]
         explained = {test for _, agree in ranked for test in agree}
         for d in self.tests.values():
             if d.diagnosable and d.test not in explained:
-                lines.append(f"Not a named pitfall: in {d.test} no pitfall of {_ids(self.module)} gives your answers. "
+                lines.append(f"Not a named pitfall: in {d.test} no pitfall of {_ids(self.module)} gives your answers "
+                             f"(yours differs from the reference's on {_cases_where(d.differing, d.cases)}). "
                              f"First differing case {d.first.label!r}:")
                 lines += [f"    call:      {clip(d.first.call)}", f"    reference: {d.first.reference}",
                           f"    yours:     {d.first.yours}"]
         return lines
+
+    def _hint(self, pitfall: Pitfall, agree: list[str]) -> str:
+        tests = [self.tests[t] for t in agree]
+        differing = sum(d.differing for d in tests)
+        right = sum(d.cases - d.differing for d in tests)
+        return (f"Hint: pitfall {pitfall.id}, \"{pitfall.title}\": it gives your answer on {_all_where(differing)} "
+                f"where yours differs from the reference's in {', '.join(agree)}, and the reference's on the "
+                f"other {right} (where yours is right too). Symptom: {pitfall.symptom}.")
 
 
 def has_cases(module: Module) -> bool:
@@ -130,25 +153,56 @@ def has_cases(module: Module) -> bool:
 
 
 def diagnose(catalog: Catalog, module: Module, impl: Path, tests: list[str], timeout: float,
-             jobs: int = 2, sandbox: Sandbox | None = None, env: dict[str, str] | None = None) -> Diagnosis | None:
-    """Compare the learner's answers on ``tests`` with the reference's and every pitfall's
-    (the learner's computed inside ``sandbox``, when given)."""
+             jobs: int = 2, recorded: dict[str, dict] | None = None, isolated: bool = False) -> Diagnosis | None:
+    """Compare the learner's answers on ``tests`` with the reference's and every pitfall's.
+
+    ``recorded`` holds the learner's answers the check itself wrote down. Those missing are computed
+    over ``impl`` in a process of their own, except in an ``isolated`` check: there the learner's
+    code runs only in its sandbox, and a test without recorded answers is left undiagnosed."""
     if not tests or not has_cases(module):
         return None
-    learner = run_worker(module, impl, tests, timeout * len(tests) + WORKER_STARTUP, sandbox, env)
+    learner = dict(recorded or {})
+    missing = [t for t in tests if t not in learner]
+    if missing and not isolated:
+        learner.update(run_worker(module, impl, missing, timeout * len(missing) + WORKER_STARTUP))
     store = AnswerStore(catalog, module)
-    packages: list[Pitfall | None] = [None, *module.pitfalls]
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        found = dict(zip([p.id if p else None for p in packages],
-                         pool.map(lambda p: store.answers(p, tests, timeout), packages)))
-    reference = found.pop(None)
-    return Diagnosis(module, {t: _compare(module, t, learner.get(t), reference.get(t),
-                                          {pid: answers.get(t) for pid, answers in found.items()})
-                              for t in tests})
+    # Statistical tests cost the most: a pitfall another failing test already rules out is not run on them.
+    costly = [t for t in tests if module.test(t).kind == "statistical"]
+    results: dict[str, TestDiagnosis] = {}
+    candidates = list(module.pitfalls)
+    for part in ([t for t in tests if t not in costly], costly):
+        if not part:
+            continue
+        found = store.fill(candidates, part, timeout, jobs)
+        reference = found.pop(None)
+        for t in part:
+            results[t] = _compare(t, learner.get(t), reference.get(t),
+                                  {p.id: found[p.id].get(t) if p in candidates else None for p in module.pitfalls})
+        candidates = [p for p in candidates if not any(_contradicts(results[t], p.id) for t in part)]
+    return Diagnosis(module, {t: results[t] for t in tests})
 
 
-def _compare(module: Module, test: str, learner: dict | None, reference: dict | None,
-             mutants: dict[str, dict | None]) -> TestDiagnosis:
+def _contradicts(d: TestDiagnosis, pid: str) -> bool:
+    return d.diagnosable and pid not in d.pitfalls and pid not in d.silent
+
+
+def read_recorded(folder: Path, tests: list[str]) -> dict[str, dict]:
+    """The answers ``grader.cases.check`` wrote into ``folder`` during the check, by test."""
+    found = {}
+    for test in tests:
+        path = folder / f"{test}.json"
+        try:
+            if path.is_symlink() or path.stat().st_size > MAX_ANSWERS:
+                continue
+            value = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(value, dict) and isinstance(value.get("cases"), list):
+            found[test] = value
+    return found
+
+
+def _compare(test: str, learner: dict | None, reference: dict | None, mutants: dict[str, dict | None]) -> TestDiagnosis:
     if reference is None or "cases" not in reference:
         why = (reference or {}).get("error", "no answer")
         return TestDiagnosis(test, note=f"no diagnosis: the reference's answers could not be computed ({why})")
@@ -160,33 +214,38 @@ def _compare(module: Module, test: str, learner: dict | None, reference: dict | 
             return TestDiagnosis(test, note=f"not written yet: {error.removeprefix(STUB + ': ')}")
         return TestDiagnosis(test, note=f"no diagnosis: {error}")
     mine, ref = learner["cases"], reference["cases"]
-    if [c["label"] for c in mine] != [c["label"] for c in ref]:
+    if [c.get("label") for c in mine] != [c["label"] for c in ref]:
         return TestDiagnosis(test, note="no diagnosis: your cases are not the reference's (the suite builds them "
                                         "from your code, and it built others)")
-    stubs = [c for c in mine if isinstance(c["answer"], dict) and STUB in c["answer"]]
+    stubs = [c for c in mine if _is_stub(c["answer"])]
     differing = [i for i, (m, r) in enumerate(zip(mine, ref))
-                 if not (isinstance(m["answer"], dict) and STUB in m["answer"])
-                 and not alike(m["answer"], r["answer"], r["compare"])]
-    result = TestDiagnosis(test, cases=len(ref), differing=len(differing))
+                 if not _is_stub(m["answer"]) and not alike(m["answer"], r["answer"], r["compare"])]
+    result = TestDiagnosis(test, cases=len(ref), differing=len(differing),
+                           telling=sum(telling(ref[i]["answer"], mine[i]["answer"], ref[i]["compare"]) for i in differing))
     if not differing:
         if stubs:
             result.note = f"not written yet: {stubs[0]['answer'][STUB]}"
         return result
     i = differing[0]
     result.first = CaseView(ref[i]["label"], ref[i]["call"], _shown(ref[i]["answer"]), _shown(mine[i]["answer"]))
-    scored = []
+    if stubs:
+        return result   # a stub answers nothing: no pitfall can be told apart on those cases
     for pid, answers in mutants.items():
+        if answers is not None and answers.get(SAME_AS_REFERENCE):
+            result.silent.append(pid)
+            continue
         if answers is None or "cases" not in answers or len(answers["cases"]) != len(ref):
             continue
-        theirs = answers["cases"]
-        if all(alike(theirs[j]["answer"], ref[j]["answer"], ref[j]["compare"]) for j in differing):
+        theirs = [c["answer"] for c in answers["cases"]]
+        if all(alike(t, m["answer"], r["compare"]) for t, m, r in zip(theirs, mine, ref)):
+            result.pitfalls.append(pid)
+        elif all(alike(t, r["answer"], r["compare"]) for t, r in zip(theirs, ref)):
             result.silent.append(pid)
-        elif all(alike(mine[j]["answer"], theirs[j]["answer"], ref[j]["compare"]) for j in differing):
-            extra = sum(1 for j in range(len(ref)) if j not in differing
-                        and not alike(theirs[j]["answer"], ref[j]["answer"], ref[j]["compare"]))
-            scored.append((extra, pid))
-    result.pitfalls = [pid for _, pid in sorted(scored, key=lambda s: s[0])]
     return result
+
+
+def _is_stub(answer) -> bool:
+    return isinstance(answer, dict) and STUB in answer
 
 
 def _shown(answer) -> str:
@@ -216,30 +275,102 @@ class AnswerStore:
         self.suite_key = _suite_digest(module)
 
     def answers(self, pitfall: Pitfall | None, tests: list[str], timeout: float) -> dict:
-        patch = self.module.root / pitfall.mutant if pitfall else None
+        """One package's answers to ``tests`` (a mutant's need the reference's first)."""
+        if pitfall is None:
+            return self.fill([], tests, timeout)[None]
+        return self.fill([pitfall], tests, timeout)[pitfall.id]
+
+    def fill(self, pitfalls: list[Pitfall], tests: list[str], timeout: float, jobs: int = 1) -> dict:
+        """The reference's answers (key None) and each pitfall's (key its id), computing what is missing.
+
+        The reference comes first: its record of which functions each test calls tells which tests
+        a mutant must run. The mutants' missing answers are then computed in ``jobs`` processes,
+        each taking several mutants in turn.
+        """
+        reference = self._cached(None, tests)
+        missing = [t for t in tests if t not in reference]
+        if missing:
+            reference.update(self._compute([(None, missing)], timeout)[0])
+        found: dict = {None: reference}
+        todo = []
+        for pitfall in pitfalls:
+            changed = self._changed(pitfall)
+            cached = self._cached(pitfall, tests)
+            for test in tests:
+                if test not in cached and changed is not None and not _touches(changed, reference.get(test)):
+                    cached[test] = {SAME_AS_REFERENCE: True}
+            found[pitfall.id] = cached
+            missing = [t for t in tests if t not in cached]
+            if missing and changed is not None:
+                todo.append((pitfall, missing))
+        shares = [todo[i::jobs] for i in range(max(1, jobs))]
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for share, results in zip(shares, pool.map(lambda s: self._compute(s, timeout), shares)):
+                for (pitfall, _), computed in zip(share, results):
+                    found[pitfall.id].update(computed)
+        return found
+
+    def _folder(self, pitfall: Pitfall | None) -> Path:
+        patch = self._patch(pitfall)
         key = _digest([self.reference_key.encode(), patch.read_bytes() if patch and patch.is_file() else b""])
-        folder = self.root / self.suite_key[:16] / (pitfall.id if pitfall else "reference") / key[:16]
+        return self.root / self.suite_key[:16] / (pitfall.id if pitfall else "reference") / key[:16]
+
+    def _patch(self, pitfall: Pitfall | None) -> Path | None:
+        return self.module.root / pitfall.mutant if pitfall else None
+
+    def _cached(self, pitfall: Pitfall | None, tests: list[str]) -> dict:
+        folder = self._folder(pitfall)
         found = {}
         for test in tests:
             try:
                 found[test] = json.loads((folder / f"{test}.json").read_text())
             except (OSError, ValueError):
                 pass
-        missing = [t for t in tests if t not in found]
-        if not missing:
-            return found
-        package = self._package(patch, key)
+        return found
+
+    def _changed(self, pitfall: Pitfall) -> set[str] | None:
+        """The reference's functions the pitfall's patch changes; None when it does not apply."""
+        record = self._folder(pitfall) / "changed.json"
+        try:
+            return set(json.loads(record.read_text()))
+        except (OSError, ValueError):
+            pass
+        package = self._package(self._patch(pitfall), self._folder(pitfall).name)
         if package is None:
-            return found
-        computed = run_worker(self.module, package, missing, timeout * len(missing) + WORKER_STARTUP)
-        folder.mkdir(parents=True, exist_ok=True)
-        for test, value in computed.items():
-            _write_atomic(folder / f"{test}.json", json.dumps(value))
-        return {**found, **computed}
+            return None
+        changed = changed_functions(self.catalog.reference, package)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(record, json.dumps(sorted(changed)))
+        return changed
+
+    def _compute(self, work: list[tuple[Pitfall | None, list[str]]], timeout: float) -> list[dict]:
+        """Each package's answers to its tests, in one process, written to the cache as they come."""
+        if not work:
+            return []
+        with tempfile.TemporaryDirectory(prefix="ol-answers-") as tmp:
+            jobs, kept = [], []
+            for n, (pitfall, tests) in enumerate(work):
+                package = self._package(self._patch(pitfall), self._folder(pitfall).name)
+                if package is not None:
+                    out = Path(tmp) / f"{n}.json"
+                    jobs.append({"impl": str(package), "out": str(out), "tests": tests, "trace": pitfall is None})
+                    kept.append((pitfall, out))
+            limit = timeout * sum(len(j["tests"]) for j in jobs) + WORKER_STARTUP
+            _run([sys.executable, "-B", "-m", "grader.case_worker", str(self.module.suite), _write_jobs(tmp, jobs)],
+                 tmp, limit, worker_env())
+            results = {}
+            for pitfall, out in kept:
+                computed = _read_answers(out)
+                folder = self._folder(pitfall)
+                folder.mkdir(parents=True, exist_ok=True)
+                for test, value in computed.items():
+                    _write_atomic(folder / f"{test}.json", json.dumps(value))
+                results[pitfall.id if pitfall else None] = computed
+        return [results.get(pitfall.id if pitfall else None, {}) for pitfall, _ in work]
 
     def _package(self, patch: Path | None, key: str) -> Path | None:
         """The reference, patched, as a folder holding ``tinyllm/``; None when the patch does not apply."""
-        folder = cache_dir() / "packages" / key[:16]
+        folder = cache_dir() / "packages" / key
         if (folder / "tinyllm" / "__init__.py").is_file():
             return folder
         with tempfile.TemporaryDirectory(prefix="ol-pkg-", dir=_ensure(cache_dir())) as tmp:
@@ -255,6 +386,66 @@ class AnswerStore:
         return folder
 
 
+def _touches(changed: set[str], reference: dict | None) -> bool:
+    """Whether a test whose reference run is ``reference`` can see a patch changing ``changed``."""
+    if EVERYTHING in changed or reference is None or "called" not in reference:
+        return True
+    return bool(changed & set(reference["called"]))
+
+
+def changed_functions(reference: Path, mutant: Path) -> set[str]:
+    """``file.py:qualname`` of each function whose code differs between two packages' ``tinyllm/``,
+    or ``EVERYTHING`` when code outside every function differs (a constant, an import, a class field)."""
+    changed: set[str] = set()
+    names = {p.name for p in (reference / "tinyllm").glob("*.py")} | {p.name for p in (mutant / "tinyllm").glob("*.py")}
+    for name in sorted(names):
+        old, new = (_read(folder / "tinyllm" / name) for folder in (reference, mutant))
+        if old == new:
+            continue
+        try:
+            (old_functions, old_rest), (new_functions, new_rest) = _split(old), _split(new)
+        except SyntaxError:
+            return {EVERYTHING}
+        if old_rest != new_rest:
+            changed.add(EVERYTHING)
+        changed |= {f"{name}:{q}" for q in old_functions.keys() | new_functions.keys()
+                    if old_functions.get(q) != new_functions.get(q)}
+    return changed
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _split(source: str) -> tuple[dict[str, str], list[str]]:
+    """Each function's code by qualname, and the code outside every function (its lines, blank
+    lines and comments left out)."""
+    lines = source.splitlines()
+    functions: dict[str, str] = {}
+    inside: set[int] = set()
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                qualname = prefix + child.name
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                functions[qualname] = "\n".join(lines[first - 1:child.end_lineno])
+                inside.update(range(first, child.end_lineno + 1))
+                visit(child, qualname + ".<locals>.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, prefix + child.name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    rest = [line.rstrip() for n, line in enumerate(lines, 1)
+            if n not in inside and line.strip() and not line.strip().startswith("#")]
+    return functions, rest
+
+
 def cache_dir() -> Path:
     """Where answers are kept: ``OL_CACHE_DIR``, else the user's cache folder."""
     if os.environ.get(CACHE_ENV):
@@ -268,31 +459,44 @@ def _ensure(path: Path) -> Path:
     return path
 
 
-def run_worker(module: Module, impl: Path, tests: list[str], limit: float, sandbox: Sandbox | None = None,
-               env: dict[str, str] | None = None) -> dict:
-    """The case worker over ``impl`` in its own process group; {} if it hangs, crashes or writes nothing."""
+def run_worker(module: Module, impl: Path, tests: list[str], limit: float) -> dict:
+    """The case worker over the one package ``impl``; {} if it hangs, crashes or writes nothing."""
     with tempfile.TemporaryDirectory(prefix="ol-cases-") as tmp:
         out = Path(tmp) / "answers.json"
-        command = [sys.executable, "-B", "-m", "grader.case_worker", str(module.suite), str(impl), str(out), *tests]
-        child = subprocess.Popen(command, cwd=tmp, env={**worker_env(), **(env or {})}, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                 preexec_fn=limit_process if sandbox is not None else None)
+        jobs = _write_jobs(tmp, [{"impl": str(impl), "out": str(out), "tests": tests, "trace": False}])
+        _run([sys.executable, "-B", "-m", "grader.case_worker", str(module.suite), jobs], tmp, limit, worker_env())
+        return _read_answers(out)
+
+
+def _write_jobs(folder: str, jobs: list[dict]) -> str:
+    path = Path(folder) / "jobs.json"
+    path.write_text(json.dumps(jobs))
+    return str(path)
+
+
+def _run(command: list[str], cwd: str, limit: float, env: dict[str, str]) -> None:
+    """Run a worker in its own process group, killed with everything it started at ``limit`` seconds."""
+    child = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        child.wait(limit)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
         try:
-            child.wait(limit)
-        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass
-        finally:
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            child.wait()
-        try:
-            if out.is_symlink() or (out.exists() and out.stat().st_size > MAX_ANSWERS):
-                return {}
-            found = json.loads(out.read_text())
-        except (OSError, ValueError):
+        child.wait()
+
+
+def _read_answers(out: Path) -> dict:
+    try:
+        if out.is_symlink() or (out.exists() and out.stat().st_size > MAX_ANSWERS):
             return {}
+        found = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return {}
     return found if isinstance(found, dict) else {}
 
 

@@ -3,8 +3,9 @@
     python -m grader.warm MODULE
 
 ``ol start`` runs this detached, at the lowest CPU priority: while the learner reads the card and
-writes code, the reference's and every named pitfall's answers to the module's cases are computed
-(about a minute of CPU for L10.8), so the first ``ol check`` that fails gets its hints in seconds.
+writes code, the reference's answers to the module's cases are computed, then every named
+pitfall's on the tests its patch can change, all in one process (a few seconds of CPU per module),
+so the first ``ol check`` that fails gets its hints in seconds.
 One warmer per module at a time (a lock file in the cache); ``OL_NO_WARM=1`` turns it off.
 """
 
@@ -41,9 +42,7 @@ def warm(module_id: str) -> int:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return 0  # another warmer is at it
-        store = AnswerStore(catalog, module)
-        for pitfall in [None, *module.pitfalls]:
-            store.answers(pitfall, module.test_names, module.timeout)
+        AnswerStore(catalog, module).fill(list(module.pitfalls), module.test_names, module.timeout)
     return 0
 
 

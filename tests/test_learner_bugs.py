@@ -1,26 +1,37 @@
-"""Every learner bug in ``tests/learner_bugs/`` fails the graded L10.8 suite, and no hint blames a pitfall.
+"""Every learner bug in ``tests/learner_bugs/`` fails its graded suite, and no hint blames a pitfall.
 
-Each ``bNN_*.patch`` there is a mistake learners make when they write ``spec.py`` from the card
-(the folder's README says what the learner did, which rule of the card it breaks and the smallest
-case that shows it); none is one of the named pitfalls. The patch is applied to the reference
-``spec.py`` in a fresh workspace and ``ol check`` runs as a learner would: it must fail, and since
-no named pitfall gives the same answers, no hint may name one; ol must say it is not a named
-pitfall and show the first differing case instead.
+Each ``bNN_*.patch`` there is a mistake learners make when they write ``spec.py`` (L10.8) or
+``trees.py`` (L10.9) from the card (the folder's README says what the learner did and which rule
+of the card it breaks); none is one of the named pitfalls. The patch is applied to the reference
+file in a fresh workspace and ``ol check`` runs as a learner would, on the whole suite and then
+with ``-k`` each test that failed: the check must fail, and since no named pitfall gives the same
+answers, no hint may name one; on the whole suite ol must say it is not a named pitfall.
 """
 
+import json
+import re
 from pathlib import Path
 
 import pytest
 
-from ol_helpers import ROOT, ol
-from test_ol_diagnosis import hints, learner_workspace
+from ol_helpers import ROOT
+from test_ol_diagnosis import check_as_learner, hints, learner_workspace
 
 BUGS_DIR = ROOT / "tests" / "learner_bugs"
 BUGS = sorted(BUGS_DIR.glob("b*.patch"))
+MODULE_OF_FILE = {"spec.py": "L10.8", "trees.py": "L10.9"}
 
 
-def test_the_battery_holds_fourteen_bugs_each_in_the_readme():
-    assert len(BUGS) >= 14, f"only {len(BUGS)} learner bugs in {BUGS_DIR}"
+def module_of(patch: Path) -> str:
+    files = set(re.findall(r"^\+\+\+ b/solutions/tinyllm/(\S+)", patch.read_text(), re.M))
+    assert len(files) == 1 and files <= MODULE_OF_FILE.keys(), f"{patch.name} changes {files}"
+    return MODULE_OF_FILE[files.pop()]
+
+
+def test_the_battery_holds_sixty_bugs_each_in_the_readme():
+    assert len(BUGS) >= 60, f"only {len(BUGS)} learner bugs in {BUGS_DIR}"
+    per_module = {m: sum(module_of(p) == m for p in BUGS) for m in MODULE_OF_FILE.values()}
+    assert min(per_module.values()) >= 15, per_module
     readme = (BUGS_DIR / "README.md").read_text()
     missing = [p.name for p in BUGS if f"`{p.name}`" not in readme]
     assert not missing, f"README.md has no row for {missing}"
@@ -28,10 +39,18 @@ def test_the_battery_holds_fourteen_bugs_each_in_the_readme():
 
 @pytest.mark.parametrize("patch", BUGS, ids=[p.stem for p in BUGS])
 def test_learner_bug_fails_and_no_hint_blames_a_pitfall(patch: Path, tmp_path):
-    ws = learner_workspace(tmp_path, patch)
-    ran = ol("check", "L10.8", "--ref-deps", workspace=ws)
+    module = module_of(patch)
+    ws = learner_workspace(tmp_path, patch, module)
+    ran = check_as_learner(module, ws, "--json", str(tmp_path / "results.json"))
     assert ran.code == 1, f"{patch.stem} passes the graded suite: the suite misses this bug\n{ran.out[-2000:]}"
     found = hints(ran.out)
     blamed = [line for line in found if line.startswith("Hint:")]
-    assert not blamed, f"{patch.stem} is not a named pitfall, yet: {blamed}"
-    assert any(line.startswith("Not a named pitfall") for line in found), ran.out[-3000:]
+    assert not blamed, f"{patch.stem} is not a named pitfall, yet on the whole suite: {blamed}"
+    differing = [t["name"] for t in json.loads((tmp_path / "results.json").read_text())["tests"]
+                 if (t["diagnosis"] or {}).get("differing_cases")]
+    if differing:
+        assert any(line.startswith("Not a named pitfall") for line in found), ran.out[-3000:]
+    for test in re.findall(r"^  FAIL     (\w+)", ran.out, re.M):
+        alone = check_as_learner(module, ws, "-k", test)
+        blamed = [line for line in hints(alone.out) if line.startswith("Hint:")]
+        assert not blamed, f"{patch.stem} is not a named pitfall, yet with -k {test}: {blamed}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -132,6 +133,9 @@ def test_a_pitfall_gets_its_hint(tmp_path):
     assert ran.code == 1, ran.text
     hints = [line for line in ran.out.splitlines() if line.startswith("Hint")]
     assert len(hints) == 1 and "pitfall s01" in hints[0] and "stale drafts" in hints[0], ran.out
+    matched = re.search(r"it gives your answer on all (\d+) cases where yours differs from the reference's in "
+                        r"([\w, ]+), and the reference's on the other (\d+) \(where yours is right too\)", hints[0])
+    assert matched and "prompt_lookup_matches_python_l8_6" in matched.group(2), hints[0]
     assert "call:     prompt_lookup([" in ran.out and "rule:     card 2.1" in ran.out
     diff = ol("diff", "L10.8", "--ref-deps", workspace=tmp_path)
     assert diff.code == 1, diff.text

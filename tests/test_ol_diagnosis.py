@@ -1,9 +1,10 @@
 """``ol check`` names the mistake from behaviour: each named pitfall, played as a learner's file.
 
-Each pitfall's mutant is applied to a copy of the reference ``spec.py`` in a fresh workspace, and
-``ol check`` runs as a learner would, on the whole suite and with ``-k`` its named test alone. The
-first hint must name that pitfall, and the failing test's message must carry its case (the call,
-yours, the rule). Learner bugs that are not named pitfalls are in ``test_learner_bugs.py``.
+For every module, each pitfall's mutant is applied to a copy of the reference's learner files in
+a fresh workspace, and ``ol check`` runs as a learner would, on the whole suite and with ``-k`` its
+named test alone. The first hint must name that pitfall, and the failing test's message must carry
+its case (the call, yours, the rule). Learner bugs that are not named pitfalls are in
+``test_learner_bugs.py``.
 """
 
 from __future__ import annotations
@@ -16,20 +17,26 @@ import pytest
 
 from ol_helpers import ROOT, ol
 
-CATALOG = tomllib.loads((ROOT / "course/modules/L10.8.toml").read_text())
-PITFALLS = [(p["id"], p["caught_by"]) for p in CATALOG["pitfall"]]
+MODULES = {m["id"]: m for m in (tomllib.loads(p.read_text()) for p in sorted((ROOT / "course/modules").glob("*.toml")))}
+PITFALLS = [(mid, p["id"], p["caught_by"]) for mid, m in MODULES.items() for p in m.get("pitfall", [])]
 
 
-def learner_workspace(tmp_path: Path, patch: Path) -> Path:
-    """A started L10.8 workspace whose spec.py is the reference with ``patch`` applied."""
-    assert ol("start", "L10.8", "--workspace", str(tmp_path)).code == 0
-    spec = tmp_path / "tinyllm" / "spec.py"
-    spec.write_text((ROOT / "solutions/tinyllm/spec.py").read_text())
-    text = patch.read_text().replace("solutions/tinyllm/spec.py", "tinyllm/spec.py")
+def learner_workspace(tmp_path: Path, patch: Path, module: str = "L10.8") -> Path:
+    """A started workspace of ``module`` whose learner files are the reference's with ``patch`` applied."""
+    assert ol("start", module, "--workspace", str(tmp_path)).code == 0
+    for name in MODULES[module]["learner_files"]:
+        (tmp_path / "tinyllm" / name).write_text((ROOT / "solutions/tinyllm" / name).read_text())
+    text = patch.read_text().replace("solutions/tinyllm/", "tinyllm/")
     done = subprocess.run(["patch", "-p1", "--fuzz=0", "--no-backup-if-mismatch"], input=text, cwd=tmp_path,
                           capture_output=True, text=True)
     assert done.returncode == 0, f"{patch.name} does not apply:\n{done.stdout}{done.stderr}"
     return tmp_path
+
+
+def check_as_learner(module: str, workspace: Path, *selection: str):
+    """``ol check`` of ``module`` in ``workspace``, over the reference's modules it needs."""
+    return ol("check", module, *(["--ref-deps"] if MODULES[module].get("needs") else []), *selection,
+              workspace=workspace)
 
 
 def hints(out: str) -> list[str]:
@@ -37,11 +44,11 @@ def hints(out: str) -> list[str]:
 
 
 @pytest.mark.parametrize("scope", ["whole suite", "-k its named test"])
-@pytest.mark.parametrize("pitfall,named", PITFALLS, ids=[p for p, _ in PITFALLS])
-def test_the_first_hint_names_the_pitfall(pitfall, named, scope, tmp_path):
-    ws = learner_workspace(tmp_path, ROOT / f"course/mutants/L10.8/{pitfall}.patch")
+@pytest.mark.parametrize("module,pitfall,named", PITFALLS, ids=[p for _, p, _ in PITFALLS])
+def test_the_first_hint_names_the_pitfall(module, pitfall, named, scope, tmp_path):
+    ws = learner_workspace(tmp_path, ROOT / f"course/mutants/{module}/{pitfall}.patch", module)
     selection = ["-k", named] if scope.startswith("-k") else []
-    ran = ol("check", "L10.8", "--ref-deps", *selection, workspace=ws)
+    ran = check_as_learner(module, ws, *selection)
     assert ran.code == 1, ran.text
     found = hints(ran.out)
     assert found and found[0].startswith(f"Hint: pitfall {pitfall},"), \

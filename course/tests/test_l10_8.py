@@ -268,6 +268,9 @@ def cases_hand_example_sampled_step():
              rule="card 2.2: the first id whose running sum exceeds u (ids with no mass are skipped)"),
         call("p == q: the residual has no mass, so it is p", residual, np.array([0.5, 0.5]), np.array([0.5, 0.5]),
              expected=[0.5, 0.5], rule="card 2.2: when max(0, p - q) sums to exactly 0, the residual is p / sum(p)"),
+        call("a residual of 2.2e-16 is normalised like any other", residual, np.array([0.5 + 2.0 ** -52, 0.5 - 2.0 ** -52]),
+             np.array([0.5, 0.5]), expected=[1.0, 0.0],
+             rule="card 2.2: there is no epsilon: only a sum of exactly 0.0 falls back to p / sum(p)"),
         call("p(x) > q(x): always kept", speculative_step, p, q, 1, 0.999, 0.0, expected=[1, True], rule=step_rule),
         call("q(x) = 0 could not have proposed x", speculative_step, p, np.array([0.0, 0.5, 0.5]), 0, 0.1, 0.1,
              expected=raises("SpecError"), rule=step_rule),
@@ -332,8 +335,12 @@ def cases_verify_rejects_bad_shapes():
         "a draft distribution of the wrong length": (rows3, [1, 2], [q, np.full(5, 0.2)]),
         "a draft token past the vocabulary": (rows3, [1, 4], None),
         "a negative draft token": (rows3, [-1, 2], None),
+        "a draft distribution summing to 0.9": (rows3, [1, 2], [q, np.full(4, 0.225)]),
+        "a negative draft probability": (rows3, [1, 2], [q, np.array([0.6, 0.5, 0.1, -0.2])]),
+        "a NaN draft probability": (rows3, [1, 2], [q, np.array([0.5, np.nan, 0.5, 0.0])]),
     }
-    rule = "card 2.2: a malformed round raises SpecError naming the bad value"
+    rule = ("card 2.2: a malformed round raises SpecError naming the bad value; each draft distribution is "
+            "V non-negative numbers summing to 1 within 1e-6")
     return [verify_case(f"{what} ({'greedy' if prm is GREEDY else 'sampled'})", rows, draft, probs, prm, [0], [],
                         1, raises("SpecError"), rule)
             for what, (rows, draft, probs) in bad.items() for prm in (GREEDY, SamplingParams(temperature=1.0))]
@@ -621,6 +628,14 @@ def shared_prompt_block():
     return seen
 
 
+def cut_into_a_shared_block():
+    """Keep 6 of a table whose last kept block (fill 3) another sequence also holds."""
+    pool = KvPool(8, 4)
+    table = filled_table(pool, [4, 3])
+    pool.retain(table[1])
+    return rollback(pool, table, 6)
+
+
 def cases_rollback_drops_one_reference_only():
     want = {"keep 4 releases": 1, "kept": True, "refcount after keep 4": 2, "fill after keep 4": 4,
             "keep 0 releases": 1, "refcount after keep 0": 1, "fill after keep 0": 4, "still indexed": True,
@@ -628,7 +643,12 @@ def cases_rollback_drops_one_reference_only():
     return [Case("a prompt block shared with another sequence",
                  "shared_prompt_block()   # helper of course/tests/test_l10_8.py (ol shell has it)", shared_prompt_block, want,
                  "card 2.4: a dropped block loses one reference; a block shared through the prefix cache "
-                 "stays alive, full and indexed for its other owner")]
+                 "stays alive, full and indexed for its other owner"),
+            Case("cutting into a shared last block is refused",
+                 "cut_into_a_shared_block()   # helper of course/tests/test_l10_8.py (ol shell has it)",
+                 cut_into_a_shared_block, raises("SpecError"),
+                 "card 2.4: the last kept block's fill may only be lowered when this sequence alone holds it; "
+                 "a shared one raises SpecError (its other owner still reads those positions)")]
 
 
 def test_rollback_drops_one_reference_only():

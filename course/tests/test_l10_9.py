@@ -348,19 +348,43 @@ def test_verify_tree_matches_recorded():
     check(cases_verify_tree_matches_recorded(), "recorded round")
 
 
+def chain_shape(tree: DraftTree) -> dict:
+    return {"tokens": [int(t) for t in tree.tokens], "parents": [int(p) for p in tree.parents],
+            "probs": None if tree.probs is None else
+            [None if q is None else np.asarray(q, dtype=np.float64).tolist() for q in tree.probs]}
+
+
+def chain_answer(root, draft, probs, want_chain, rows, params, prompt, output, seed):
+    """chain_tree's tree, then (only when it is the chain the card defines) what verify_tree does with it."""
+    tree = chain_tree(root, draft, probs)
+    got = {"chain_tree": chain_shape(tree)}
+    if got["chain_tree"] != want_chain:
+        return got
+    return {**got, **verify_answer(rows, tree, params, prompt, output, stream(seed))}
+
+
 def cases_chain_tree_verifies_as_l10_8():
-    rule = ("card 2.3: a chain tree draws what L10.8's verify_draft draws (u_a then u_r at every position, one "
-            "draw for a sampled bonus) and emits the same tokens and logprobs")
+    rule = ("card 2.2 and 2.3: chain_tree(pending, draft, probs) is tokens [pending, *draft], parents [-1, 0, .., m-1], "
+            "probs None or [None, *probs]; a chain tree draws what L10.8's verify_draft draws (u_a then u_r at "
+            "every position, one draw for a sampled bonus) and emits the same tokens and logprobs")
     cases = []
     for c in golden("verify", L10_8_GOLDEN):
         probs = None if c["draft_probs"] is None else [f64_row(q) for q in c["draft_probs"]]
-        tree = chain_tree(c["prompt"][-1] if c["prompt"] else 0, c["draft"], probs)
+        root = c["prompt"][-1] if c["prompt"] else 0
         params = SamplingParams(**c["params"])
         n = c["expect"]["n_accepted"]
-        want = {"tokens": c["expect"]["tokens"], "path": list(range(n + 1)), "logprobs": c["expect"]["logprobs"],
-                "draws": c["expect"]["next_u32"]}
-        cases.append(verify_case(c["name"], [f32_row(r) for r in c["rows"]], tree, params, c["prompt"], c["output"],
-                                 f"stream({c['seed']})", lambda s=c["seed"]: stream(s), want, rule))
+        want_chain = {"tokens": [root, *c["draft"]], "parents": list(range(-1, len(c["draft"]))),
+                      "probs": None if probs is None else [None, *(q.tolist() for q in probs)]}
+        want = {"chain_tree": want_chain, "tokens": c["expect"]["tokens"], "path": list(range(n + 1)),
+                "logprobs": c["expect"]["logprobs"], "draws": c["expect"]["next_u32"]}
+        rows = [f32_row(r) for r in c["rows"]]
+        probs_text = "None" if probs is None else "[" + ", ".join(f"np.array({q.tolist()!r})" for q in probs) + "]"
+        text = (f"tree = chain_tree({root}, {c['draft']!r}, {probs_text}); rng = stream({c['seed']}); "
+                f"v = verify_tree({rows_text(rows)}, tree, {params_text(params)}, {c['prompt']!r}, {c['output']!r}, "
+                "rng); (tree, v.tokens, v.path, v.logprobs, rng.next_u32())")
+        cases.append(Case(c["name"], text,
+                          lambda a=(root, c["draft"], probs, want_chain, rows, params, c["prompt"], c["output"],
+                                    c["seed"]): chain_answer(*a), want, rule))
     return cases
 
 
@@ -538,21 +562,30 @@ def test_hand_example_compaction():
 
 def conserved_request(request: int, prompt, k, width, max_new):
     target = TreeTableTarget(5, request, order=2, scale=1.0, num_blocks=64, block_tokens=4)
-    rounds = {"n": 0}
+    rounds = {"n": 0, "compaction": None}
     keep = target.keep_path
 
     def checked_keep(start, path):
+        before = target.cached_ids()   # the prefix, then the tree's nodes
         keep(start, path)   # compacts, then checks the blocks and fills (KvCorrupt otherwise)
         rounds["n"] += 1
-        target.cached_ids()  # every kept position reads back the same id in every layer, K and V
+        kept = target.cached_ids()   # every kept position reads back the same id in every layer, K and V
+        want = before[:start] + [before[start + i] for i in path]
+        if kept != want and rounds["compaction"] is None:
+            rounds["compaction"] = {"round": rounds["n"], "start": start, "path": [int(i) for i in path],
+                                    "nodes": before[start:], "kept": kept[start:], "want": want[start:]}
 
     target.keep_path = checked_keep
     g = generate_tree(target, SuffixTreeDrafter(k, width), prompt, SamplingParams(temperature=1.0), request,
                       max_new, [])
     ids = target.cached_ids()
+    text = (prompt + [int(t) for t in g.tokens])[:len(ids)]
     target.release()
+    wrong = next((i for i, (a, b) in enumerate(zip(ids, text)) if a != b), None)
     return {"leaked": target.pool.num_blocks - target.pool.num_free(), "rounds": rounds["n"],
-            "tree rounds": len(target.tree_sizes), "cache holds the emitted text": ids == (prompt + g.tokens)[:len(ids)],
+            "tree rounds": len(target.tree_sizes), "cache holds the emitted text": ids == text,
+            "first wrong compaction": rounds["compaction"],
+            "first wrong position": None if wrong is None else {"position": wrong, "cache": ids[wrong], "text": text[wrong]},
             "rejected": g.stats.drafted - g.stats.accepted}
 
 
@@ -574,14 +607,24 @@ def cases_blocks_conserved_across_tree_rounds():
 
 
 def judge_conserved(got, _expected) -> str | None:
+    """The first thing that went wrong, and whose it is: compact's, when a keep_path left other ids
+    than the path's nodes; generate_tree's, when every compaction kept what it was asked to."""
     if not isinstance(got, dict) or "leaked" not in got:
         return ""
     if got["leaked"]:
         return f"{got['leaked']} blocks still in use after the request released its table: leaked"
     if got["rounds"] != got["tree rounds"]:
         return f"{got['rounds']} keep_path calls for {got['tree rounds']} trees: one per round"
+    c = got["first wrong compaction"]
+    if c:
+        return (f"compact in round {c['round']}: keeping path {c['path']} of the tree's nodes {c['nodes']} "
+                f"(fed at {c['start']}) left {c['kept']} cached from there; the path's nodes are {c['want']}")
     if not got["cache holds the emitted text"]:
-        return "the cache does not hold the prompt and the emitted tokens: compact moved the wrong K/V"
+        w = got["first wrong position"]
+        where = (f"position {w['position']} holds {w['cache']} where the prompt and the emitted tokens have "
+                 f"{w['text']}" if w else "it holds fewer or more positions")
+        return (f"every compaction kept its path, yet the cache does not hold the prompt and the emitted tokens: "
+                f"{where}; generate_tree fed or kept the wrong tokens")
     return None
 
 
