@@ -185,15 +185,17 @@ def alike(a: Answer, b: Answer, compare: str = "exact") -> bool:
 
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+_WHERE = re.compile(r" \([^()]*\.py, line \d+\)$")   # where an isolated check's learner process raised
 _NUMPY_SCALAR = re.compile(r"np\.(?:float|int|uint|bool_?)\d*\(([^()]*)\)")
 _FLOAT = re.compile(r"-?\d+\.\d*(?:[eE][-+]?\d+)?|-?\d+[eE][-+]?\d+")
 
 
 def message_shape(message: str) -> str:
-    """An exception's message without what only says how the value was held: object addresses,
-    numpy's scalar wrappers (``np.float64(0.5)`` is ``0.5``) and float digits past the sixth
-    significant one. Integers stay: they are counts and positions, part of the behaviour."""
-    text = _NUMPY_SCALAR.sub(r"\1", _ADDRESS.sub("0x?", message))
+    """An exception's message without what only says where it was raised or how a value was held:
+    the file and line an isolated check appends, object addresses, numpy's scalar wrappers
+    (``np.float64(0.5)`` is ``0.5``) and float digits past the sixth significant one. Integers stay:
+    they are counts and positions, part of the behaviour."""
+    text = _NUMPY_SCALAR.sub(r"\1", _ADDRESS.sub("0x?", _WHERE.sub("", message)))
     return _FLOAT.sub(lambda m: f"{float(m.group()):.6g}", text)
 
 
