@@ -281,6 +281,9 @@ def test_hand_example_sampled_step():
     check(cases_hand_example_sampled_step())
 
 
+P3, Q3 = np.array([0.25, 0.5, 0.25]), np.array([0.5, 0.25, 0.25])
+
+
 def cases_accept_needs_u_below_p_over_q():
     rule = ("card 2.2: accept when u_a < p(x)/q(x), strictly: u_a = p/q rejects, and a token with "
             "p(x) = 0 is never accepted")
@@ -299,6 +302,13 @@ def cases_accept_needs_u_below_p_over_q():
              float(np.nextafter(1.0, 0.0)), expected=[9, False], rule=walk_rule),
         call("the walk past the running sum's end", sample_dense, tail, float(np.nextafter(1.0, 0.0)),
              expected=9, rule=walk_rule),
+    ] + [
+        call(f"speculative_step refuses {what}", speculative_step, *args, expected=raises("SpecError"),
+             rule="card 2.2: speculative_step raises SpecError for p and q not 1-D of one length, x not an int in "
+                  "[0, V) (a bool too), u_a or u_r outside [0, 1)")
+        for what, args in {"u_a = 1.0": (P3, Q3, 0, 1.0, 0.5), "u_a = -0.1": (P3, Q3, 0, -0.1, 0.5),
+                           "u_r = NaN": (P3, Q3, 0, 0.5, float("nan")), "x = 3 past the vocabulary": (P3, Q3, 3, 0.5, 0.5),
+                           "x = True": (P3, Q3, True, 0.5, 0.5), "p and q of two lengths": (P3, Q3[:2], 0, 0.5, 0.5)}.items()
     ]
 
 
@@ -451,7 +461,34 @@ def cases_eos_and_max_tokens_end_generation():
                       lambda: pick(generation(CycleTarget(CYCLE), SpecConfig(Draft.PROMPT_LOOKUP, 4), CYCLE_PROMPT,
                                               GREEDY, 3, 20, [4]), "tokens", "target_calls"),
                       {"tokens": [2, 3, 4], "target_calls": 1}, rule))
+    bad_rule = ("card 2.5: before anything is fed, SpecError for an empty prompt, a max_new that is not an int >= 0 "
+                "(a bool too), a seed that is not an int in [0, 2**64), and a target that already caches positions")
+    for what, prompt, seed, max_new in (("an empty prompt", [], 0, 4), ("max_new = -1", [1], 0, -1),
+                                        ("max_new = True", [1], 0, True), ("seed = -1", [1], -1, 4),
+                                        ("seed = 2**64", [1], 2**64, 4)):
+        cases.append(Case(f"refused: {what}", generation_text("CycleTarget(CYCLE)", SpecConfig(Draft.NONE, 4), prompt,
+                                                              GREEDY, seed, max_new, []),
+                          lambda a=(prompt, seed, max_new): refused_request(*a), raises("SpecError"), bad_rule))
+    cases.append(Case("refused: a target already caching positions",
+                      "target = CycleTarget(CYCLE); target.extend([0, 1]); generate(target, SpecConfig(Draft.NONE, 4), "
+                      f"{CYCLE_PROMPT}, SamplingParams(), 3, 4, [])", started_target_request, raises("SpecError"),
+                      bad_rule))
     return cases
+
+
+def refused_request(prompt, seed, max_new):
+    """A bad request's generate call; it must raise before feeding the target anything."""
+    target = CycleTarget(CYCLE)
+    try:
+        return generate(target, SpecConfig(Draft.NONE, 4), prompt, GREEDY, seed, max_new, [])
+    finally:
+        assert target.cached() == 0, f"the target was fed {target.cached()} positions before the request was refused"
+
+
+def started_target_request():
+    target = CycleTarget(CYCLE)
+    target.extend([0, 1])
+    return generate(target, SpecConfig(Draft.NONE, 4), CYCLE_PROMPT, GREEDY, 3, 4, [])
 
 
 def pick(answer: dict, *keys: str) -> dict:
@@ -602,7 +639,21 @@ def cases_rollback_hand_example():
         rollback_case("keep 1 of a partial last block", [4, 1], 1,
                       {"released": 1, "table": 1, "fills": [1], "freed": [True], "free": 7}),
         rollback_case("keep past the table refused", [4], 5, raises("SpecError")),
+        call("blocks_for(3, 0) refused", blocks_for, 3, 0, expected=raises("SpecError"),
+             rule="card 2.4: blocks_for raises SpecError when block_tokens < 1 or tokens < 0"),
+        call("blocks_for(-1, 4) refused", blocks_for, -1, 4, expected=raises("SpecError"),
+             rule="card 2.4: blocks_for raises SpecError when block_tokens < 1 or tokens < 0"),
+        Case("a table holding a freed block: the pool's error as SpecError",
+             "pool = KvPool(8, 4); table = filled_table(pool, [4, 4]); pool.release(table[1]); rollback(pool, table, 3)",
+             rollback_over_a_freed_block, raises("SpecError"), "card 2.4: any PoolError of the pool raises SpecError"),
     ]
+
+
+def rollback_over_a_freed_block():
+    pool = KvPool(8, 4)
+    table = filled_table(pool, [4, 4])
+    pool.release(table[1])
+    return rollback(pool, table, 3)
 
 
 def test_rollback_hand_example():
