@@ -15,7 +15,7 @@ acceptance estimate, over a step time from a cost table profiled on the machine 
 is the plain path: no drafter call, no extra row. Section numbers refer to ``course/L10.10.md``.
 """
 
-import statistics
+import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -42,6 +42,32 @@ def lookup_drafter(ctx: Sequence[int], k: int) -> list[int]:
 
 # --- 2.1 Acceptance, per position ------------------------------------------------------------
 
+def observe(rates: Sequence[float], drafted: int, accepted: int, weight: float = WEIGHT) -> list[float]:
+    """The estimate after one round that drafted ``drafted`` tokens and kept ``accepted`` (section 2.1).
+
+    Positions ``1..accepted`` were accepted; position ``accepted + 1``, if drafted, was rejected;
+    later positions were not tried and are not observed. A round that drafted nothing observes
+    nothing. Each observed position moves ``weight`` of the way to what it saw (1 or 0).
+    """
+    if not 0 <= accepted <= drafted <= len(rates):
+        raise SpecError(f"accepted {accepted!r} of {drafted!r} drafted: need 0 <= accepted <= drafted "
+                        f"<= {len(rates)}")
+    out = list(rates)
+    for j in range(min(accepted + 1, drafted)):
+        seen = 1.0 if j < accepted else 0.0
+        out[j] += weight * (seen - out[j])
+    return out
+
+
+def survival(rates: Sequence[float], k: int) -> list[float]:
+    """``s[m - 1] = a[0] * ... * a[m - 1]``: the chance draft token ``m`` is accepted, m = 1..k."""
+    out, s = [], 1.0
+    for a in rates[:k]:
+        s *= a
+        out.append(s)
+    return out
+
+
 @dataclass
 class Acceptance:
     """One request's estimate of ``a[j]``: the chance that draft token ``j + 1`` is accepted when
@@ -51,26 +77,7 @@ class Acceptance:
     weight: float = WEIGHT
 
     def update(self, drafted: int, accepted: int) -> None:
-        """Fold in one round that drafted ``drafted`` tokens and kept ``accepted`` (section 2.1).
-
-        Positions ``1..accepted`` were accepted; position ``accepted + 1``, if drafted, was
-        rejected; later positions were not tried and are not observed. A round that drafted
-        nothing observes nothing.
-        """
-        if not 0 <= accepted <= drafted <= len(self.rates):
-            raise SpecError(f"accepted {accepted!r} of {drafted!r} drafted: need 0 <= accepted <= drafted "
-                            f"<= {len(self.rates)}")
-        for j in range(min(accepted + 1, drafted)):
-            seen = 1.0 if j < accepted else 0.0
-            self.rates[j] += self.weight * (seen - self.rates[j])
-
-    def survival(self, k: int) -> list[float]:
-        """``s[m - 1] = a[0] * ... * a[m - 1]``: the chance draft token ``m`` is accepted, m = 1..k."""
-        out, s = [], 1.0
-        for a in self.rates[:k]:
-            s *= a
-            out.append(s)
-        return out
+        self.rates = observe(self.rates, drafted, accepted, self.weight)
 
 
 def expected_tokens(rates: Sequence[float], k: int) -> float:
@@ -122,10 +129,12 @@ class CostTable:
                 + drafts * self.draft_seconds)
 
 
-def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 3, drafter: Drafter = lookup_drafter,
+def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Drafter = lookup_drafter,
             context: int = 96) -> CostTable:
-    """Time the model's forward on a scratch pool: ``g = 1..max_blocks`` gemms, one row against
-    sixteen, one request against sixteen; medians of interleaved repeats (section 2.2)."""
+    """Time the model's forward on a scratch pool -- ``g = 1..max_blocks`` gemms, one row against
+    sixteen, one request against sixteen -- and the verifier on a draft of 0 and of 15 accepted
+    tokens; the fastest of interleaved repeats (another process on the machine only ever adds
+    time, and differences of noisy medians go negative) (section 2.2)."""
     bt = 16
     per = blocks_for(context + 16 * max_blocks, bt)
     pool = model.new_pool(16 * per, bt)
@@ -139,24 +148,34 @@ def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 3, drafter: Dr
     many = ([tables[i] for i in range(16)], [context + i for i in range(16)], ids[:16])  # 16 slots, 1 gemm
     shapes = {("rows", 1): one(1), ("rows", 16): one(16), ("requests", 16): many}
     shapes |= {("blocks", g): one(16 * g) for g in range(2, max_blocks + 1)}
-    times: dict[tuple, list[float]] = {key: [] for key in shapes}
+    logits = list(model.forward(pool, *one(16)))
+    accepted = [int(np.argmax(row)) for row in logits[:MAX_DRAFT]]  # greedy keeps every one
+    checks = {("verify", 0): (logits[:1], []), ("verify", MAX_DRAFT): (logits, accepted)}
+    times: dict[tuple, list[float]] = {key: [] for key in shapes | checks}
     for _ in range(repeats):
         for key, (tb, pos, tok) in shapes.items():
             began = time.perf_counter()
             model.forward(pool, tb, pos, tok)
             times[key].append(time.perf_counter() - began)
-    t = {key: statistics.median(v) for key, v in times.items()}
+        for key, (rows, draft) in checks.items():
+            began = time.perf_counter()
+            verify_draft(rows, draft, None, SamplingParams(), ids[:8], [], stream(0))
+            times[key].append(time.perf_counter() - began)
+    t = {key: min(v) for key, v in times.items()}
+    verify_row = max(0.0, (t[("verify", MAX_DRAFT)] - t[("verify", 0)]) / MAX_DRAFT)
     row = max(0.0, (t[("rows", 16)] - t[("rows", 1)]) / 15)
     request = max(0.0, (t[("requests", 16)] - t[("rows", 16)]) / 15)
-    first = t[("rows", 1)] - row - request
+    # Differences of timings are noisy: the gemm keeps at least a quarter of the one-row pass.
+    first = max(t[("rows", 1)] - row - request, t[("rows", 1)] / 4)
     table = [first] + [t[("blocks", g)] - 16 * g * row - request for g in range(2, max_blocks + 1)]
-    for g in range(1, len(table)):  # timing noise must not make a gemm more free than the last
+    for g in range(1, len(table)):  # timing noise must not make a gemm cheaper than the one before
         table[g] = max(table[g], table[g - 1])
     ctx = rng.integers(0, 8, 256).tolist()
     began = time.perf_counter()
     for _ in range(10):
         drafter(ctx, MAX_DRAFT)
-    return CostTable(tuple(table), row, request, (time.perf_counter() - began) / 10)
+    return CostTable(tuple(table), row + verify_row, request + t[("verify", 0)],
+                     (time.perf_counter() - began) / 10)
 
 
 # --- 2.3 Policies ----------------------------------------------------------------------------
@@ -209,40 +228,53 @@ def goodput(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable) -> float:
 def adaptive_ks(lanes: Sequence[Lane], cost: CostTable) -> list[int]:
     """Each request's ``k`` for the highest goodput (section 2.3).
 
-    For each gemm count ``g`` from the plain pass's up: draft slots go, most likely to be accepted
-    first, to requests whose next slot still has room in ``g`` gemms, while a slot's survival
-    ``s`` is worth its cost (``s / extra seconds`` above the step's goodput so far). The best ``g``
-    wins; a ``g`` whose time leaves no room to beat it, even with every slot accepted, ends the search.
+    For each gemm count ``g`` from the plain pass's up: draft slots go, likeliest to be accepted
+    first, to requests whose next row still finds room in ``g`` gemms, while a slot's survival
+    ``s`` pays for its row (``s / extra seconds`` above the step's goodput so far). The best ``g``
+    wins, if it expects no more gemms per token than plain decoding (``tokens * g0 >= n * g``).
+    The search ends at the first ``g`` that does not beat the one before (goodput rises to one
+    peak as gemms are added) or does not pay for its gemms, at a ``g`` that could not beat the best
+    even with its free rows all taken by the likeliest slots, or once every slot found room. A
+    slot whose ``s`` does not beat the plain pass's goodput per row it costs never helps, and is
+    not considered.
     """
+    n = len(lanes)
     counts = [0] * GEMM_ROWS
     for lane in lanes:
         for p in range(lane.start, lane.start + lane.fixed):
             counts[p % GEMM_ROWS] += 1
     base_rows = sum(lane.fixed for lane in lanes)
-    n = len(lanes)
-    slots = sorted(((s, i, m) for i, lane in enumerate(lanes)
-                    for m, s in enumerate(Acceptance(list(lane.rates)).survival(lane.cap), start=1)),
-                   key=lambda c: (-c[0], c[1], c[2]))
-    ceiling = n + sum(s for s, _, _ in slots)
-    g = max(counts)
+    g0 = g = max(counts)
     best, best_ks = n / cost.step_seconds(g, base_rows, n), [0] * n
-    while ceiling / cost.step_seconds(g, base_rows, n) > best:
-        used, ks = counts[:], [0] * n
-        tokens, rows, drafts, left = float(n), base_rows, 0, len(slots)
-        for s, i, m in slots:
-            slot = (lanes[i].start + lanes[i].fixed - 1 + m) % GEMM_ROWS
-            if ks[i] != m - 1 or used[slot] >= g:
-                continue
-            now = cost.step_seconds(g, rows, n, drafts)
+    slots = []
+    for i, lane in enumerate(lanes):
+        first = lane.start + lane.fixed - 1
+        for m, s in enumerate(survival(lane.rates, lane.cap), start=1):
             extra = cost.row_seconds + (cost.draft_seconds if m == 1 else 0.0)
-            if s * now <= tokens * extra:
+            if s <= best * extra:
+                break
+            slots.append((s, i, m, (first + m) % GEMM_ROWS, extra))
+    slots.sort(key=lambda c: (-c[0], c[1], c[2]))
+    likeliest = list(itertools.accumulate((c[0] for c in slots), initial=0.0))
+    while slots:
+        room = min(len(slots), GEMM_ROWS * g - base_rows)
+        if n + likeliest[room] <= best * cost.step_seconds(g, base_rows, n):
+            break
+        fixed_seconds = cost.step_seconds(g, 0, n)
+        used, ks = counts[:], [0] * n
+        tokens, seconds, left = float(n), fixed_seconds + base_rows * cost.row_seconds, len(slots)
+        for s, i, m, slot, extra in slots:
+            if ks[i] != m - 1 or used[slot] >= g or s * seconds <= tokens * extra:
                 continue
             used[slot] += 1
-            ks[i], tokens, rows, drafts, left = m, tokens + s, rows + 1, drafts + (m == 1), left - 1
-        rate = tokens / cost.step_seconds(g, rows, n, drafts)
-        if rate > best:
-            best, best_ks = rate, ks
-        if left == 0:  # every slot found room: more gemms cannot help
+            ks[i], tokens, seconds, left = m, tokens + s, seconds + extra, left - 1
+        # A gemm the plain pass does not run must also pay for itself in tokens: no more gemms per
+        # expected token than plain decoding (on a machine where gemms are cheap and requests dear,
+        # seconds alone would trade the pool's compute for a little time).
+        better = tokens / seconds > best and tokens * g0 >= n * g
+        if better:
+            best, best_ks = tokens / seconds, ks
+        if not better or left == 0:  # past the peak, or every slot found room
             break
         g += 1
     return best_ks
@@ -313,6 +345,7 @@ class Server:
         self.queue: deque[Request] = deque()
         self.running: list[Request] = []
         self.results: dict[int, Generated] = {}
+        self.pooled = Acceptance()  # every request's rounds: where a new request's estimate starts
         self._reserved = 0
         self._next_id = 0
 
@@ -348,13 +381,15 @@ class Server:
         return self.results
 
     def _admit(self) -> None:
-        """Arrival order, no overtaking: the head waits until the pool can hold its budget."""
+        """Arrival order, no overtaking: the head waits until the pool can hold its budget. An
+        admitted request's estimate starts from the server's pooled one."""
         while self.queue and len(self.running) < self.max_batch:
             head = self.queue[0]
             if self._reserved + head.reserved > self.pool.num_blocks:
                 break
             self.queue.popleft()
             self._reserved += head.reserved
+            head.estimate = Acceptance(list(self.pooled.rates))
             if head.max_new == 0:
                 self._finish(head)
                 continue
@@ -417,6 +452,7 @@ class Server:
         out.stats.drafted += len(draft)
         out.stats.accepted += verified.n_accepted
         r.estimate.update(len(draft), verified.n_accepted)
+        self.pooled.update(len(draft), verified.n_accepted)
         emitted, go_on = 0, True
         for token, logprob in zip(verified.tokens, verified.logprobs):
             out.tokens.append(token)

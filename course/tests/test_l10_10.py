@@ -1,0 +1,399 @@
+"""Graded tests for L10.10, speculation under load (card: course/L10.10.md, section 4).
+
+Each test is named after a row of the card's table and checks a list of cases (``grader.cases``):
+``cases_<name>()`` builds them, ``test_<name>()`` checks them. The code under test is reached only
+through ``tinyllm.*``; the model is the given tiny llama with small random weights (``small()``),
+so a request served in company can be compared with the same request served alone.
+"""
+
+import random
+
+from conftest import load_fixture
+from grader.cases import Case, call, check, raises
+from tinyllm.model import LlamaConfig, TinyLlama
+from tinyllm.runner import RunnerTarget
+from tinyllm.sampling import SamplingParams
+from tinyllm.serve import (MAX_DRAFT, PRIOR, CostTable, Lane, Policy, Server, adaptive_ks, choose_ks, expected_tokens,
+                           gemm_blocks, goodput, observe, survival)
+from tinyllm.spec import SpecConfig, generate
+
+GOLDEN = "L10.10/serve_golden.json"
+GREEDY = SamplingParams()
+# Section 3's cost table: a gemm 10 ms, each further one 10 ms more; a row 0.01 ms, a request
+# 0.1 ms, a drafter call 0.01 ms.
+HAND_COST = CostTable((0.010, 0.020, 0.030, 0.040), row_seconds=1e-5, request_seconds=1e-4, draft_seconds=1e-5)
+HAND_COST_TEXT = "CostTable((0.010, 0.020, 0.030, 0.040), 1e-5, 1e-4, 1e-5)"
+_small: list[TinyLlama] = []
+
+
+def small() -> TinyLlama:
+    """The given llama, one layer, seeded random weights over 24 ids (built once per process)."""
+    if not _small:
+        _small.append(TinyLlama.random(LlamaConfig(vocab=24, dim=16, n_layers=1, n_heads=2, n_kv_heads=1,
+                                                   hidden=24), 5))
+    return _small[0]
+
+
+def rounded(values) -> list[float]:
+    return [round(float(v), 12) for v in values]
+
+
+# --- 2.1 Acceptance and AL(k) ---------------------------------------------------------------------
+
+ACCEPT_RULE = ("card 2.1: a round that drafted d and kept n observes positions 1..min(n + 1, d): the first n "
+               "accepted (1), position n + 1 rejected (0) if drafted; a[j] += 0.3 * (seen - a[j]); rounds "
+               "that drafted nothing observe nothing")
+
+
+def updated(rounds) -> list[float]:
+    rates = [PRIOR] * MAX_DRAFT
+    for drafted, accepted in rounds:
+        rates = observe(rates, drafted, accepted)
+    return rounded(rates)
+
+
+def acceptance_case(label, rounds, want) -> Case:
+    text = "rates = [0.5] * 15; " + "; ".join(f"rates = observe(rates, {d}, {n})" for d, n in rounds) + "; rates"
+    return Case(label, text, lambda: updated(rounds), rounded(want + [0.5] * (MAX_DRAFT - len(want))), ACCEPT_RULE)
+
+
+def cases_hand_example_acceptance():
+    survival_rule = "card 2.1: survival(rates, k)[m - 1] = a[0] * ... * a[m - 1]"
+    return [
+        acceptance_case("section 3: 4 drafted, 2 kept", [(4, 2)], [0.65, 0.65, 0.35]),
+        acceptance_case("section 3, then 2 drafted, 2 kept", [(4, 2), (2, 2)], [0.755, 0.755, 0.35]),
+        acceptance_case("nothing drafted observes nothing", [(0, 0), (0, 0), (0, 0)], []),
+        acceptance_case("a draft of 3 all kept: position 4 not tried", [(3, 3)], [0.65, 0.65, 0.65]),
+        acceptance_case("the first token rejected", [(5, 0)], [0.35]),
+        acceptance_case("15 drafted, 15 kept", [(15, 15)], [0.65] * 15),
+        Case("survival of 0.8, 0.5, 0.25", "survival([0.8, 0.5, 0.25] + [0.5] * 12, 3)",
+             lambda: rounded(survival([0.8, 0.5, 0.25] + [0.5] * 12, 3)), [0.8, 0.4, 0.1], survival_rule),
+        Case("survival(rates, 0)", "survival([0.5] * 15, 0)", lambda: rounded(survival([0.5] * 15, 0)), [],
+             survival_rule),
+        Case("observe leaves its argument alone", "rates = [0.5] * 15; observe(rates, 3, 1); rates",
+             lambda: (lambda rates: (observe(rates, 3, 1), rates)[1])([0.5] * 15), [0.5] * 15,
+             "card 2.1: observe returns the new estimate"),
+        call("more kept than drafted", observe, [0.5] * 15, 2, 3, expected=raises("SpecError"),
+             rule="card 2.1: 0 <= accepted <= drafted <= len(rates), else SpecError"),
+    ]
+
+
+def test_hand_example_acceptance():
+    check(cases_hand_example_acceptance())
+
+
+def cases_hand_example_expected_tokens():
+    rule = "card 2.1: AL(k) = 1 + sum over m = 1..k of a[0] * ... * a[m - 1]; AL(0) = 1"
+    rates = [0.8, 0.5, 0.25] + [0.5] * 12
+    cases = [call(f"AL({k}) of 0.8, 0.5, 0.25", lambda k=k: round(expected_tokens(rates, k), 12), expected=want,
+                  rule=rule, name=f"expected_tokens({rates}, {k}) # rounded")
+             for k, want in ((0, 1.0), (1, 1.8), (2, 2.2), (3, 2.3))]
+    cases.append(call("AL(15) at a = 0.6", lambda: round(expected_tokens([0.6] * 15, 15), 9),
+                      expected=round((1 - 0.6 ** 16) / 0.4, 9), rule=rule + " = (1 - a^(k+1)) / (1 - a)",
+                      name="expected_tokens([0.6] * 15, 15) # rounded"))
+    cases.append(call("k past the estimate", expected_tokens, [0.5] * 15, 16, expected=raises("SpecError"),
+                      rule="card 2.1: k in 0..len(rates), else SpecError"))
+    return cases
+
+
+def test_hand_example_expected_tokens():
+    check(cases_hand_example_expected_tokens())
+
+
+# --- 2.2 What a step costs ------------------------------------------------------------------------
+
+def cases_gemm_blocks_count_the_fullest_slot():
+    rule = "card 2.2: a row at position p sits at gemm slot p % 16; the pass runs as many gemms as its fullest slot holds"
+    shapes = [([], 0), (list(range(16)), 1), (list(range(5, 22)), 2), ([3, 19, 35, 4], 3), ([7], 1),
+              (list(range(40, 48)) + list(range(44, 52)), 2), ([0, 16, 32, 48, 64], 5)]
+    return [call(f"{len(p)} rows", gemm_blocks, p, expected=want, rule=rule) for p, want in shapes]
+
+
+def test_gemm_blocks_count_the_fullest_slot():
+    check(cases_gemm_blocks_count_the_fullest_slot())
+
+
+# --- 2.3 The policy -------------------------------------------------------------------------------
+
+GOODPUT_RULE = ("card 2.3: goodput = sum AL_i(k_i) / (T(gemms) + rows * row + requests * request + drafting "
+                "requests * draft), gemms the fullest slot's count")
+CHOICE_RULE = ("card 2.3: for g from the plain pass's gemms up, slots likeliest first, taken when their request's "
+               "previous slot is taken, their gemm slot has room in g gemms and s * seconds > tokens * extra; "
+               "stop at the first g that does not beat the one before")
+
+
+def lanes_text(lanes) -> str:
+    return "[" + ", ".join(f"Lane({lane.start}, {lane.fixed}, {lane.cap}, {list(lane.rates)!r})" for lane in lanes) + "]"
+
+
+def cases_hand_example_goodput():
+    sure, even = [0.8] * MAX_DRAFT, [0.5] * MAX_DRAFT
+    one = [Lane(40, 1, 15, sure)]
+    full = [Lane(p, 1, 15, sure) for p in range(32, 48)]
+    pair = [Lane(3, 1, 15, sure), Lane(19, 1, 15, sure)]
+    nearly = [Lane(p, 1, 15, even) for p in range(32, 46)]
+    cases = [
+        Case("section 3: one request, plain", f"goodput({lanes_text(one)}, [0], {HAND_COST_TEXT})",
+             lambda: round(goodput(one, [0], HAND_COST), 6), round(1 / (0.010 + 1e-5 + 1e-4), 6), GOODPUT_RULE),
+        Case("section 3: one request, k = 4", f"goodput({lanes_text(one)}, [4], {HAND_COST_TEXT})",
+             lambda: round(goodput(one, [4], HAND_COST), 6),
+             round(expected_tokens(sure, 4) / (0.010 + 5e-5 + 1e-4 + 1e-5), 6), GOODPUT_RULE),
+        Case("section 3: one request drafts into its free slots",
+             f"adaptive_ks({lanes_text(one)}, {HAND_COST_TEXT})", lambda: adaptive_ks(one, HAND_COST), [15],
+             CHOICE_RULE),
+        Case("section 3: sixteen requests fill one gemm: a draft costs a second",
+             f"adaptive_ks({lanes_text(full)}, {HAND_COST_TEXT})", lambda: adaptive_ks(full, HAND_COST), [0] * 16,
+             CHOICE_RULE),
+        Case("section 3: two requests at one slot pay two gemms; the second takes drafts",
+             f"adaptive_ks({lanes_text(pair)}, {HAND_COST_TEXT})", lambda: adaptive_ks(pair, HAND_COST), [15, 15],
+             CHOICE_RULE),
+        Case("14 requests on slots 0-13: only the last has free slots after it",
+             f"adaptive_ks({lanes_text(nearly)}, {HAND_COST_TEXT})", lambda: adaptive_ks(nearly, HAND_COST),
+             [0] * 13 + [2], CHOICE_RULE),
+        Case("a cap of 0 drafts nothing", f"adaptive_ks([Lane(5, 1, 0, {sure!r})], {HAND_COST_TEXT})",
+             lambda: adaptive_ks([Lane(5, 1, 0, sure)], HAND_COST), [0], CHOICE_RULE),
+    ]
+    return cases
+
+
+def test_hand_example_goodput():
+    check(cases_hand_example_goodput())
+
+
+def recorded_choice_case(c: dict) -> Case:
+    lanes = [Lane(*lane) for lane in c["lanes"]]
+    cost = CostTable(tuple(c["cost"][0]), *c["cost"][1:])
+    text = (f"adaptive_ks({lanes_text(lanes)}, CostTable({tuple(c['cost'][0])!r}, {c['cost'][1]!r}, "
+            f"{c['cost'][2]!r}, {c['cost'][3]!r}))")
+    return Case(c["name"], text, lambda: adaptive_ks(lanes, cost), c["expect"], CHOICE_RULE)
+
+
+def cases_adaptive_matches_recorded():
+    return [recorded_choice_case(c) for c in load_fixture(GOLDEN)["adaptive"]]
+
+
+def test_adaptive_matches_recorded():
+    check(cases_adaptive_matches_recorded(), "recorded step")
+
+
+def cases_static_and_off_choices():
+    rule = "card 2.3: off gives every request 0; static k gives each request min(k, its own cap); adaptive needs a cost table"
+    lanes = [Lane(0, 1, 2, [0.5] * MAX_DRAFT), Lane(5, 3, 9, [0.5] * MAX_DRAFT), Lane(9, 1, 15, [0.9] * MAX_DRAFT)]
+    text = lanes_text(lanes)
+    return [
+        Case("static 4", f"choose_ks(Policy('static', 4), {text}, None)",
+             lambda: choose_ks(Policy("static", 4), lanes, None), [2, 4, 4], rule),
+        Case("static 15", f"choose_ks(Policy('static', 15), {text}, None)",
+             lambda: choose_ks(Policy("static", 15), lanes, None), [2, 9, 15], rule),
+        Case("off", f"choose_ks(Policy('off'), {text}, None)", lambda: choose_ks(Policy("off"), lanes, None),
+             [0, 0, 0], rule),
+        Case("adaptive", f"choose_ks(Policy('adaptive'), {text}, {HAND_COST_TEXT})",
+             lambda: choose_ks(Policy("adaptive"), lanes, HAND_COST), adaptive_ks(lanes, HAND_COST), rule),
+        Case("adaptive without a table", f"choose_ks(Policy('adaptive'), {text}, None)",
+             lambda: choose_ks(Policy("adaptive"), lanes, None), raises("SpecError"), rule),
+    ]
+
+
+def test_static_and_off_choices():
+    check(cases_static_and_off_choices())
+
+
+# --- 2.4 The scheduler ----------------------------------------------------------------------------
+
+PROMPTS = [[1, 2, 3, 4, 1, 2, 3], [5, 5, 6, 5, 5, 6, 5], [7, 8, 9, 10, 11, 7, 8, 9, 10], [2, 4, 2, 4, 2],
+           [12, 3, 12, 3, 12, 3, 12, 3, 12, 3, 12, 3, 12, 3, 12, 3, 12, 3], [9]]
+SERVE_RULE = ("card 2.4: every request is verified on its own rows with L10.8's verify_draft and its own "
+              "generator, and rolled back with L10.8's rollback: its output is its output alone")
+
+
+def alone(prompt, k, params, seed, max_new, eos=()) -> dict:
+    """L10.8's generate on a RunnerTarget of its own: the request alone."""
+    model = small()
+    cfg = SpecConfig.parse("none" if k == 0 else "prompt_lookup", max(k, 1))
+    g = generate(RunnerTarget(model, model.new_pool(32, 4)), cfg, prompt, params, seed, max_new, eos)
+    return {"tokens": g.tokens, "logprobs": rounded(g.logprobs), "drafted": g.stats.drafted,
+            "accepted": g.stats.accepted, "target_calls": g.stats.target_calls}
+
+
+def served(policy: str, batch: int, requests: list[tuple], with_stats: bool = True) -> list[dict]:
+    """Serve ``requests`` (prompt, params, seed, max_new) together; each one's result, and the pool's free
+    blocks at the end."""
+    model = small()
+    server = Server(model, model.new_pool(64, 4), Policy.parse(policy), max_batch=batch, cost=HAND_COST)
+    ids = [server.submit(p, params, seed=seed, max_new=n) for p, params, seed, n in requests]
+    server.run()
+    out = []
+    for i in ids:
+        g = server.results[i]
+        row = {"tokens": g.tokens, "logprobs": rounded(g.logprobs)}
+        if with_stats:
+            row |= {"drafted": g.stats.drafted, "accepted": g.stats.accepted, "target_calls": g.stats.target_calls}
+        out.append(row)
+    return out + [{"free blocks": server.pool.num_free()}]
+
+
+def serve_text(policy, batch, requests) -> str:
+    reqs = ", ".join(f"({p}, {'GREEDY' if prm.temperature == 0 else f'SamplingParams(temperature={prm.temperature})'}, "
+                     f"{seed}, {n})" for p, prm, seed, n in requests)
+    return f"served({policy!r}, {batch}, [{reqs}])   # served() in course/tests/test_l10_10.py"
+
+
+def cases_batched_greedy_equals_alone():
+    cases = []
+    for batch in (1, 2, 5):
+        for policy in ("off", "3", "15", "adaptive"):
+            requests = [(PROMPTS[i % len(PROMPTS)], GREEDY, i, 6 + 3 * i) for i in range(7)]
+            want = [{"tokens": alone(p, 0, GREEDY, s, n)["tokens"]} for p, _, s, n in requests] + [{"free blocks": 64}]
+            cases.append(Case(f"B={batch} {policy}", serve_text(policy, batch, requests),
+                              lambda a=(policy, batch, requests): [{"tokens": r["tokens"]} if "tokens" in r else r
+                                                                   for r in served(*a, with_stats=False)],
+                              want, SERVE_RULE + "; greedy output is plain greedy output"))
+    return cases
+
+
+def test_batched_greedy_equals_alone():
+    check(cases_batched_greedy_equals_alone(), "batch")
+
+
+def cases_sampled_draws_as_alone():
+    cases = []
+    warm = SamplingParams(temperature=1.0)
+    for batch in (2, 4):
+        for k in (2, 5):
+            requests = [(PROMPTS[i % len(PROMPTS)], warm, 40 + i, 4 + 5 * (i % 3)) for i in range(6)]
+            want = [alone(p, k, prm, s, n) for p, prm, s, n in requests] + [{"free blocks": 64}]
+            cases.append(Case(f"B={batch} static k={k}", serve_text(str(k), batch, requests),
+                              lambda a=(str(k), batch, requests): served(*a), want,
+                              SERVE_RULE + "; with one k each request draws what it draws alone, whoever shares its passes"))
+    return cases
+
+
+def test_sampled_draws_as_alone():
+    check(cases_sampled_draws_as_alone(), "batch")
+
+
+def off_rows(batch: int) -> dict:
+    calls = []
+
+    def spy(ctx, k):
+        calls.append(k)
+        return [ctx[-1]] * k
+
+    model = small()
+    server = Server(model, model.new_pool(64, 4), Policy("off"), max_batch=batch, drafter=spy)
+    for i, p in enumerate(PROMPTS[:4]):
+        server.submit(p, GREEDY, seed=i, max_new=6)
+    rows = pending = 0
+    while not server.idle():
+        before = {r.rid for r in server.running}
+        report = server.step()
+        # what the step fed beyond each request's pending ids (prompt, or its last token)
+        pending += sum(len(PROMPTS[rid]) if rid not in before else 1 for rid in report.ks)
+        rows += report.rows
+    return {"drafter calls": len(calls), "rows fed": rows, "pending ids": pending}
+
+
+def cases_off_is_plain_decoding():
+    rule = "card 2.3: k = 0 is the plain path: no drafter call, no row beyond the request's pending ids"
+    cases = []
+    for batch in (1, 4):
+        model_rows = off_rows_expected(batch)
+        cases.append(Case(f"B={batch}", f"off_rows({batch})   # off_rows() in course/tests/test_l10_10.py",
+                          lambda b=batch: off_rows(b), model_rows, rule))
+    return cases
+
+
+def off_rows_expected(batch: int) -> dict:
+    """What plain decoding feeds: each prompt once, then one row per token emitted but the last."""
+    rows = sum(len(p) for p in PROMPTS[:4]) + 4 * (6 - 1)
+    return {"drafter calls": 0, "rows fed": rows, "pending ids": rows}
+
+
+def test_off_is_plain_decoding():
+    check(cases_off_is_plain_decoding())
+
+
+def admission_order(batch: int, lengths: list[int], pool_blocks: int) -> dict:
+    """The step at which each request first ran, and the most that ran at once."""
+    model = small()
+    server = Server(model, model.new_pool(pool_blocks, 4), Policy("static", 3), max_batch=batch)
+    ids = [server.submit([1, 2, 3, 1, 2], GREEDY, seed=i, max_new=n) for i, n in enumerate(lengths)]
+    first, peak, step = {}, 0, 0
+    while not server.idle():
+        report = server.step()
+        for rid in report.ks:
+            first.setdefault(rid, step)
+        peak = max(peak, len(report.ks))
+        step += 1
+    return {"in order": [first[i] for i in ids] == sorted(first[i] for i in ids), "peak": peak,
+            "all served": sorted(server.results) == ids}
+
+
+def cases_admission_in_arrival_order():
+    rule = ("card 2.4: the queue's head is admitted first, while fewer than max_batch run and the pool can hold "
+            "its whole budget (blocks_for(prompt + max_new)); no request overtakes it")
+    return [
+        Case("max_batch 2, long and short requests", "admission_order(2, [9, 2, 7, 1, 3, 5, 8], 64)",
+             lambda: admission_order(2, [9, 2, 7, 1, 3, 5, 8], 64), {"in order": True, "peak": 2, "all served": True},
+             rule),
+        Case("a pool for two budgets", "admission_order(8, [11, 11, 11, 11, 3], 8)",
+             lambda: admission_order(8, [11, 11, 11, 11, 3], 8), {"in order": True, "peak": 2, "all served": True},
+             rule),
+        Case("a short request behind a long one", "admission_order(1, [12, 1, 1, 1], 64)",
+             lambda: admission_order(1, [12, 1, 1, 1], 64), {"in order": True, "peak": 1, "all served": True}, rule),
+    ]
+
+
+def test_admission_in_arrival_order():
+    check(cases_admission_in_arrival_order())
+
+
+def conserved(seed: int, requests: int) -> dict:
+    """``requests`` random requests (arrivals, prompts, lengths, EOS, listeners that stop early, sampled or
+    greedy) under each policy in turn; after every step each running request holds the blocks its cache
+    needs and every other block is free; a request ends with its blocks back in that step."""
+    rnd = random.Random(seed)
+    model = small()
+    pool = model.new_pool(48, 4)
+    problems = []
+    served_count = 0
+    for policy in ("off", "4", "adaptive"):
+        server = Server(model, pool, Policy.parse(policy), max_batch=rnd.choice([2, 6]), cost=HAND_COST)
+        pool = server.pool  # the next policy's server starts from the pool this one leaves
+        left = requests // 3
+        while left or not server.idle():
+            for _ in range(min(left, rnd.choice([0, 0, 1, 3]))):
+                stop_at = rnd.choice([None, rnd.randint(1, 8)])
+                heard = []
+
+                def listener(token, logprob, heard=heard, stop_at=stop_at):
+                    heard.append(token)
+                    return stop_at is None or len(heard) < stop_at
+
+                prompt = [rnd.randrange(6) for _ in range(rnd.randint(1, 10))]
+                server.submit(prompt, SamplingParams(temperature=rnd.choice([0.0, 1.0])), seed=rnd.randrange(99),
+                              max_new=rnd.randint(0, 14), eos=[rnd.randrange(24)], on_token=listener)
+                left -= 1
+            server.step()
+            running = server.running
+            held = sum(len(r.table) for r in running)
+            wrong = [r.rid for r in running if len(r.table) != -(-r.cached // 4)]
+            in_use = 48 - server.pool.num_free()
+            if (wrong or in_use != held) and len(problems) < 3:
+                problems.append(f"{policy}: after a step {in_use} blocks in use, the "
+                                f"running requests' caches need {held}" + (f"; request {wrong[0]}'s table does not "
+                                                                           "fit its cache" if wrong else ""))
+        served_count += len(server.results)
+    return {"served": served_count, "free at the end": server.pool.num_free(), "problems": problems}
+
+
+def cases_blocks_conserved_under_load():
+    rule = ("card 2.4: after every step a running request's table holds blocks_for(its cached positions); a "
+            "request that ends gives back all its blocks in that step; nothing leaks")
+    return [Case(f"seed {seed}", f"conserved({seed}, 334)   # conserved() in course/tests/test_l10_10.py",
+                 lambda s=seed: conserved(s, 334), {"served": 333, "free at the end": 48, "problems": []}, rule)
+            for seed in (1, 2, 3)]
+
+
+def test_blocks_conserved_under_load():
+    check(cases_blocks_conserved_under_load(), "run")
