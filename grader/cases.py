@@ -218,16 +218,25 @@ def _bools_only(want: Any, got: Any) -> bool:
 
 
 def same_law(a: Answer, b: Answer) -> bool:
+    """Two count vectors a chi-square test of homogeneity cannot tell apart at p = 1e-4 (the test
+    ``scipy.stats.chi2_contingency`` makes, Yates' correction at one degree of freedom included,
+    written out: importing scipy.stats costs ol a second on every diagnosis)."""
     if not (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)):
         return first_difference(a, b) is None
     import numpy as np
-    from scipy.stats import chi2_contingency
+    from scipy.special import chdtrc
 
     table = np.array([a, b], dtype=np.float64)
     table = table[:, table.sum(axis=0) > 0]
     if table.shape[1] < 2 or np.array_equal(table[0], table[1]):
         return bool(np.array_equal(table[0], table[1]))
-    return bool(chi2_contingency(table)[1] > LAW_P_VALUE)
+    expected = table.sum(axis=1, keepdims=True) * table.sum(axis=0, keepdims=True) / table.sum()
+    dof = table.shape[1] - 1
+    if dof == 1:
+        diff = expected - table
+        table = table + np.sign(diff) * np.minimum(0.5, np.abs(diff))
+    statistic = float(((table - expected) ** 2 / expected).sum())
+    return bool(chdtrc(dof, statistic) > LAW_P_VALUE)
 
 
 def plain(value: Any) -> Any:
