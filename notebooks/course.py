@@ -122,6 +122,15 @@ MODULES = {
                    "verify_tree"}),
         "L10.8's spec.py (as with ol check --ref-deps), the sampler, pool, model and runner come from "
         "the reference"),
+    "L10.10": ChapterModule(
+        "L10.10", "serve.py", PACKAGE_MODULES + ("serve",),
+        {"observe": "2.1", "survival": "2.1", "expected_tokens": "2.1", "gemm_blocks": "2.2",
+         "goodput": "2.3", "adaptive_ks": "2.3", "choose_ks": "2.3", "Server._admit": "2.4",
+         "Server.step": "2.4", "Server._verify": "2.4", "Server._finish": "2.4"},
+        frozenset({"observe", "survival", "expected_tokens", "gemm_blocks", "goodput", "adaptive_ks",
+                   "choose_ks"}),
+        "L10.8's spec.py (as with ol check --ref-deps), the sampler, pool, model and runner come from "
+        "the reference"),
 }
 
 
