@@ -114,8 +114,9 @@ class _Session:
         env = {"PATH": "/usr/bin:/bin", "HOME": impl, "OL_IMPL": impl,
                RPC_FD_ENV: str(theirs.fileno()), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        check_cpu = os.environ.get(CHECK_CPU_ENV)
         self.process = box.learner_process([sys.executable, "-B", "-s", str(Path(impl) / SERVER)], Path(impl), env,
-                                           theirs.fileno())
+                                           theirs.fileno(), float(check_cpu) + STARTUP if check_cpu else None)
         theirs.close()
         self.conn = rpyc.connect_stream(SocketStream(mine), service=JudgeService, config=dict(RPC_CONFIG))
         _Session.generation += 1
@@ -246,7 +247,8 @@ class _Clock:
         """Why time is up (None: it is not); the CPU is looked at every ``SLICE`` seconds."""
         now = time.monotonic()
         if self.wall is not None and now - self.started > self.wall:
-            return (f"timed out after {self.wall:g} s of wall-clock time, using little CPU (sleeping or waiting?)")
+            return (f"timed out after {self.wall:g} s on the clock, {self.used(session):.1f} s of it computing "
+                    "(a busy machine, or code that sleeps or waits?)")
         if now - self.looked < SLICE and self.base is not None:
             return None
         self.looked = now
@@ -316,6 +318,10 @@ def _reply(name: str, argument, function: str | None = None) -> dict:
     # time an import may take.
     clock = _CLOCK if _CLOCK is not None else _Clock(import_timeout())
     try:
+        # Also between waits: a learner's thread may keep computing after its call returned.
+        why = clock.overrun(session)
+        if why is not None:
+            raise _timed_out(session, why, function)
         answer = session.request(name, argument)
         while not answer.ready:
             session.conn.serve(SLICE)
@@ -668,11 +674,14 @@ def _copy_back(target, state) -> None:
         #            it is the judge's own object, which the learner's code may only call
     if type(state) is dict and "$state" in state:
         new = decode(state["$state"])
-        if type(new) is dict and hasattr(target, "__dict__") and not dataclasses.is_dataclass(target):
-            target.__dict__.clear()
+        # The same attributes, holding data: nothing whose use would ask the learner's process again.
+        if (type(new) is dict and hasattr(target, "__dict__") and not dataclasses.is_dataclass(target)
+                and set(new) == set(vars(target)) and _plain(new)):
             target.__dict__.update(new)
         return
     new = decode(state)
+    if not _plain(new):
+        return
     if isinstance(target, list) and type(new) is list:
         target[:] = new
     elif isinstance(target, dict) and type(new) is dict:
@@ -681,6 +690,20 @@ def _copy_back(target, state) -> None:
     elif isinstance(target, np.ndarray) and isinstance(new, np.ndarray) and new.shape == target.shape \
             and target.flags.writeable:
         target[...] = new
+
+
+def _plain(value, depth: int = 0) -> bool:
+    """Whether ``value`` is data all the way down (or the judge's own objects): no handle or mirror
+    of the learner's, whose length, items or attributes the learner's process would answer."""
+    if depth > MAX_DEPTH:
+        return False
+    if value is None or type(value) in (bool, int, float, str) or isinstance(value, (np.ndarray, np.generic, enum.Enum)):
+        return True
+    if type(value) in (list, tuple):
+        return all(_plain(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    return id(value) in JUDGE_OBJECTS.numbers and JUDGE_OBJECTS.by_number[JUDGE_OBJECTS.numbers[id(value)]] is value
 
 
 # --- judge -> learner: pickles; the judge's own objects go by reference ------------------------------

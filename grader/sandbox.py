@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import dataclasses
 import functools
+import math
 import os
 import resource
 import shutil
@@ -86,15 +87,20 @@ class Sandbox:
     def group(self) -> "Cgroup | None":
         return Cgroup(self.cgroup) if self.cgroup else None
 
-    def learner_process(self, argv: list[str], folder: Path, env: dict[str, str], keep_fd: int) -> subprocess.Popen:
+    def learner_process(self, argv: list[str], folder: Path, env: dict[str, str], keep_fd: int,
+                        cpu_seconds: float | None = None) -> subprocess.Popen:
         """Start ``argv`` (an interpreter and a script in ``folder``) as the learner's process: in
         bubblewrap with ``folder`` as its working directory, or, unsandboxed, with limits only (as
         ``nobody`` when ol is root and that user can start the interpreter).
-        ``keep_fd`` (the judge's socket) is the one descriptor it inherits."""
+        ``keep_fd`` (the judge's socket) is the one descriptor it inherits; ``cpu_seconds``, if
+        given, is each of its processes' CPU time before the kernel kills it (a backstop: the
+        judge keeps the bounds that count)."""
         group = self.group
 
         def preexec() -> None:
             limit_process()
+            if cpu_seconds is not None:
+                resource.setrlimit(resource.RLIMIT_CPU, (math.ceil(cpu_seconds), math.ceil(cpu_seconds) + 1))
             if group is not None:
                 group.join("learner")
 

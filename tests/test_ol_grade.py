@@ -108,9 +108,11 @@ def test_grade_mixed_class(tmp_path):
     after = {p.name: tree_digest(p) if p.is_dir() else p.read_bytes() for p in everything}
     assert after == before, "ol grade changed a submission"
     assert "Graded 12 submissions" in ran.out
-    # A draft costs a second of CPU: tests time out one after another until the check's CPU is spent.
+    # A draft costs a second of CPU: the tests that draft time out, each alone (on a loaded machine
+    # the clock's bound may come first), until the check's CPU is spent.
     slow = json.loads((out / files["slow"]).read_text())
-    assert any("the whole check used its 20 s of CPU time" in (t["message"] or "") for t in slow["tests"]), slow
+    timed_out = [t["name"] for t in slow["tests"] if (t["message"] or "").startswith("timed out")]
+    assert len(timed_out) >= 2 and slow["status"] != "pass", slow
     for file in files.values():
         check_results_v3(json.loads((out / file).read_text()))
 

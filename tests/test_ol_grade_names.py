@@ -11,9 +11,10 @@ import stat
 import zipfile
 from pathlib import Path
 
+import pytest
 from ol_helpers import REFERENCE, ol
 
-from grader import export
+from grader import export, sandbox
 from grader.catalog import load_catalog
 from grader.grade import Graded, _unique_names, cell, json_names
 
@@ -88,6 +89,7 @@ def hostile_zips(root: Path) -> dict[str, Path]:
     return made
 
 
+@pytest.mark.usefixtures("sandboxed")
 def test_any_name_and_any_zip_gets_one_intact_row(tmp_path):
     subs = tmp_path / "subs"
     control = folder(subs, "control", CORRECT)
@@ -162,7 +164,7 @@ def test_platform_results_survive_bytes_that_are_not_utf8(tmp_path, monkeypatch)
     results = {"version": 3, "status": "error", "message": message, "tests": [], "score": 0.0,
                "max_score": 20.0, "hint": ""}
     monkeypatch.setattr(export, "grade_in_worker", lambda *args: Graded("submission", results, 1.0))
-    monkeypatch.setattr(export, "claim", lambda: None)
+    monkeypatch.setattr(export, "claim", lambda **_: sandbox.Sandbox())
     config = tmp_path / "ol-export.json"
     config.write_text(json.dumps({"module": "L10.8", "timeout": None, "limit": 20.0, "hints": False}))
     module = load_catalog().get("L10.8")

@@ -207,14 +207,57 @@ def generate_stream(target, *args, **kwargs):
 '''
 
 
+# Collusion: one submission (correct) leaves its source where a later one could find it, in System V
+# shared memory and in shared folders; the later one (the stub) runs whatever it finds.
+COLLUDE_KEY = 0x0C011DE5
+COLLUDE_WRITE = f"""
+import ctypes as _ct, os as _os
+_source = open(__file__, "rb").read()
+_libc = _ct.CDLL(None, use_errno=True)
+_libc.shmat.restype = _ct.c_void_p
+_id = _libc.shmget({COLLUDE_KEY}, len(_source) + 8, 0o1666)
+if _id >= 0:
+    _at = _libc.shmat(_id, None, 0)
+    _ct.memmove(_at, len(_source).to_bytes(8, "little") + _source, len(_source) + 8)
+for _folder in ("/dev/shm", "/tmp", "/run/lock", "/var/tmp"):
+    try:
+        with open(_os.path.join(_folder, "ol-collude.py"), "wb") as _f:
+            _f.write(_source)
+    except OSError:
+        pass
+"""
+COLLUDE_READ = f"""
+import ctypes as _ct, os as _os
+_libc = _ct.CDLL(None, use_errno=True)
+_libc.shmat.restype = _ct.c_void_p
+_found = None
+_id = _libc.shmget({COLLUDE_KEY}, 0, 0)
+if _id >= 0:
+    _at = _libc.shmat(_id, None, 0)
+    _size = int.from_bytes(_ct.string_at(_at, 8), "little")
+    _found = _ct.string_at(_at + 8, _size)
+for _folder in ("/dev/shm", "/tmp", "/run/lock", "/var/tmp"):
+    try:
+        _found = _found or open(_os.path.join(_folder, "ol-collude.py"), "rb").read()
+    except OSError:
+        pass
+if _found:
+    exec(compile(_found, "found", "exec"), globals())
+"""
+
+
 def test_a_hostile_class_scores_nothing_and_leaves_nothing(tmp_path):
     """One ol grade run: attacks beside correct controls. Attacks score 0; controls, 20 of 20;
     no process, temporary folder or cgroup of the run is left."""
     subs_dir = tmp_path / "subs"
-    subs = [workspace(subs_dir, "control-first", REFERENCE_SPEC),
+    subs = [workspace(subs_dir, "collude-write", COLLUDE_WRITE + REFERENCE_SPEC),
+            workspace(subs_dir, "control-first", REFERENCE_SPEC),
             workspace(subs_dir, "classmate", CLASSMATE + STUB),
             workspace(subs_dir, "judge-writes", JUDGE_WRITES + STUB + JUDGE_WRITES_SUFFIX),
+            workspace(subs_dir, "collude-read", COLLUDE_READ + STUB),
             workspace(subs_dir, "control-last", REFERENCE_SPEC)]
+    segments = Path("/proc/sysvipc/shm").read_text()
+    shared = sorted(os.listdir("/dev/shm"))
     scratch = tmp_path / "tmp"     # ol's temporary folders: nothing may stay there
     scratch.mkdir()
     out = tmp_path / "out"
@@ -222,11 +265,13 @@ def test_a_hostile_class_scores_nothing_and_leaves_nothing(tmp_path):
              limit=600)
     assert ran.code == 0, ran.text
     rows = {r["submission"]: r for r in csv.DictReader((out / "grades.csv").open())}
-    assert rows["control-first"]["score"] == rows["control-last"]["score"] == "20", rows
-    for attack in ("classmate", "judge-writes"):
+    for control in ("control-first", "control-last", "collude-write"):
+        assert rows[control]["score"] == "20", rows[control]
+    for attack in ("classmate", "judge-writes", "collude-read"):
         assert rows[attack]["score"] == "0", rows[attack]
     assert not list(scratch.iterdir()), f"left behind: {sorted(p.name for p in scratch.iterdir())}"
     assert not _ol_cgroups(), f"cgroups left: {_ol_cgroups()}"
+    assert Path("/proc/sysvipc/shm").read_text() == segments and sorted(os.listdir("/dev/shm")) == shared
 
 
 def test_honest_code_in_unusual_shapes_passes_isolated(tmp_path):
@@ -292,6 +337,9 @@ def test_the_judge_changes_no_object_of_its_own_for_the_learner():
     sent = [1, 2]
     isolation._copy_back(sent, [3])
     assert sent == [3]
+    # An object of the learner's would answer its own length and items: not copied into the judge's list.
+    handle = object.__new__(isolation.Handle)
+    assert not isolation._plain([handle]) and isolation._plain([1, (2.0, "x"), {"k": None}])
 
 
 def _ol_cgroups() -> list[str]:
