@@ -182,7 +182,7 @@ def _diagnose(catalog: Catalog, module: Module, impl: Path, run: SuiteRun, timeo
         print(f"\nComparing your answers on {_plural(len(failed), 'failing test')} with the reference's and each "
               "named pitfall's ...", flush=True)
     return diagnose(catalog, module, impl, failed, timeout or module.timeout,
-                    recorded=read_recorded(answers, failed), isolated=isolated)
+                    recorded=read_recorded(answers, module.test_names), isolated=isolated)
 
 
 def _is_stub(message: str | None) -> bool:

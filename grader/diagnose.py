@@ -98,12 +98,14 @@ def _all_where(differing: int) -> str:
 class Diagnosis:
     module: Module
     tests: dict[str, TestDiagnosis]
+    against: dict[str, list[str]] = field(default_factory=dict)   # pitfall -> other tests where it is wrong
 
     def ranked(self) -> list[tuple[Pitfall, list[str]]]:
         """The pitfalls named, each with the failing tests it explains.
 
         A pitfall is named when it coincides with the learner on some failing test, contradicts
-        none (on each other one it is silent), and the cases it matched part from the reference in
+        none (on each other one it is silent), answers as the learner or as the reference on every
+        other test of the module (``against``), and the cases it matched part from the reference in
         more than true/false values (a test of a few booleans never names a pitfall alone). Those
         explaining more tests come first, then those matching more differing cases, then catalog order.
         """
@@ -112,7 +114,7 @@ class Diagnosis:
         for order, pitfall in enumerate(self.module.pitfalls):
             agree = [d for d in tests if pitfall.id in d.pitfalls]
             contradict = [d for d in tests if pitfall.id not in d.pitfalls and pitfall.id not in d.silent]
-            if agree and not contradict and sum(d.telling for d in agree) > 0:
+            if agree and not contradict and not self.against.get(pitfall.id) and sum(d.telling for d in agree) > 0:
                 found.append((-len(agree), -sum(d.differing for d in agree), order, pitfall, [d.test for d in agree]))
         found.sort(key=lambda f: f[:3])
         return [(pitfall, agree) for *_, pitfall, agree in found]
@@ -179,7 +181,50 @@ def diagnose(catalog: Catalog, module: Module, impl: Path, tests: list[str], tim
             results[t] = _compare(t, learner.get(t), reference.get(t),
                                   {p.id: found[p.id].get(t) if p in candidates else None for p in module.pitfalls})
         candidates = [p for p in candidates if not any(_contradicts(results[t], p.id) for t in part)]
-    return Diagnosis(module, {t: results[t] for t in tests})
+    diagnosis = Diagnosis(module, {t: results[t] for t in tests})
+    named = [pitfall for pitfall, _ in diagnosis.ranked()]
+    if named:
+        others = [t for t in module.test_names if t not in tests]
+        diagnosis.against = _elsewhere(module, impl, store, named, others, learner, timeout, jobs, isolated)
+    return diagnosis
+
+
+def _elsewhere(module: Module, impl: Path, store: "AnswerStore", pitfalls: list[Pitfall], others: list[str],
+               learner: dict[str, dict], timeout: float, jobs: int, isolated: bool) -> dict[str, list[str]]:
+    """The tests outside the failing ones where each pitfall answers neither as the learner nor as
+    the reference (a passing test where it is wrong and the learner right, a test -k left out).
+
+    Only the tests where a pitfall parts from the reference are looked at; the learner's answers come
+    from the check, else from the case worker (never outside the sandbox of an isolated check). A
+    test whose answers cannot be had counts against the pitfall: a hint needs the evidence."""
+    found = store.fill(pitfalls, others, timeout, jobs)
+    reference = found.pop(None)
+    wrong = {p.id: [t for t in others if "cases" in found[p.id].get(t, {}) and not _same(found[p.id][t], reference.get(t))]
+             for p in pitfalls}
+    needed = sorted({t for tests in wrong.values() for t in tests if t not in learner}, key=others.index)
+    if needed and not isolated:
+        learner = {**learner, **run_worker(module, impl, needed, timeout * len(needed) + WORKER_STARTUP)}
+    return {pid: [t for t in tests if _differs(found[pid][t], learner.get(t))] for pid, tests in wrong.items()}
+
+
+def _differs(mutant: dict, learner: dict | None) -> bool:
+    """The learner's answers to a test part from a mutant's; cases (or a test) the learner has not
+    written yet are no evidence either way, answers that could not be had are."""
+    if learner is None:
+        return True
+    if "cases" not in learner:
+        return not learner.get("error", "").startswith(STUB)
+    if len(learner["cases"]) != len(mutant["cases"]):
+        return True
+    return any(not _is_stub(m["answer"]) and not alike(m["answer"], t["answer"], t["compare"])
+               for m, t in zip(learner["cases"], mutant["cases"]))
+
+
+def _same(a: dict | None, b: dict | None) -> bool:
+    """Two packages' answers to a test are alike on every case (False when either is missing)."""
+    if a is None or b is None or "cases" not in a or "cases" not in b or len(a["cases"]) != len(b["cases"]):
+        return False
+    return all(alike(x["answer"], y["answer"], y["compare"]) for x, y in zip(a["cases"], b["cases"]))
 
 
 def _contradicts(d: TestDiagnosis, pid: str) -> bool:
