@@ -14,7 +14,9 @@ batch. Three choices make it so:
   (OpenBLAS switches kernels around a million multiply-adds); a kernel may also sum the rows of
   one call in different orders (OpenBLAS's Haswell sgemm, which it also runs on AMD Zen, sums
   rows 0-5, 6-11 and 12-15 of a 16-row gemm three different ways). With the shape, the row's
-  place and the alignment fixed, the row is computed as in the forward of its token alone;
+  place and the alignment fixed, the row is computed as in the forward of its token alone. A
+  weight matmul runs one such gemm per 32-column block of the weight (:class:`Weight`): every
+  block the same shape, and small enough that the BLAS reads it where it lies;
 - attention is computed per group of rows sharing a block table and a block count, over all the
   slots of those blocks with later positions masked out: a row's reductions run over the same
   slots whoever shares its group; in its score and mix gemms the ``h``-th of the ``group`` query
