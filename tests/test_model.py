@@ -102,6 +102,17 @@ def test_matmul_row_at_its_slot_does_not_depend_on_the_batch():
         assert np.array_equal(matmul(a[i:i + 1], b, gemm_rows([slots[i]]))[0], whole[i]), i
 
 
+def test_threads_sharing_the_column_blocks_give_the_same_bits(model):
+    pool = model.new_pool(16, 8)
+    one = model.forward(pool, [list(range(16))] * len(IDS), list(range(len(IDS))), IDS)
+    model.threads = 3
+    try:
+        shared = model.forward(pool, [list(range(16))] * len(IDS), list(range(len(IDS))), IDS)
+    finally:
+        model.threads = 1
+    assert np.array_equal(one, shared)
+
+
 @pytest.mark.parametrize("tables, positions, ids, message", [
     ([[0]], [8], [1], "needs 2 blocks"),
     ([[0]], [0], [256], "token ids"),

@@ -150,9 +150,11 @@ class Weight:
         padded[:, :n] = matrix
         self.blocks = aligned_copy(padded.reshape(k, count, GEMM_COLS).transpose(1, 0, 2))
 
-    def blocks_matmul(self, a: np.ndarray, rows: np.ndarray, workers: ThreadPoolExecutor | None = None) -> np.ndarray:
+    def blocks_matmul(self, a: np.ndarray, rows: np.ndarray, threads: int = 1,
+                      workers: ThreadPoolExecutor | None = None) -> np.ndarray:
         """``a @ matrix`` as :func:`matmul` computes it (row ``j`` of ``a`` at stacked row ``rows[j]``
-        of 16-row gemms), one gemm per column block; ``workers`` share out the blocks."""
+        of 16-row gemms), one gemm per column block; with ``threads > 1``, ``workers`` run that
+        many shares of the blocks."""
         count, k, cols = self.blocks.shape
         gemms = int(rows.max()) // GEMM_ROWS + 1
         padded = _aligned_zeros((gemms * GEMM_ROWS, k))
@@ -160,10 +162,10 @@ class Weight:
         x = padded.reshape(1, gemms, GEMM_ROWS, k)
         out = _aligned_zeros((count, gemms, GEMM_ROWS, cols))
         # blocks outermost: a block stays in cache while every 16-row gemm of the pass uses it
-        if workers is None:
+        if threads == 1:
             np.matmul(x, self.blocks[:, None], out=out)
         else:
-            cuts = np.linspace(0, count, workers._max_workers + 1).astype(int).tolist()
+            cuts = np.linspace(0, count, threads + 1).astype(int).tolist()
             list(workers.map(lambda lo, hi: np.matmul(x, self.blocks[lo:hi, None], out=out[lo:hi]),
                              cuts[:-1], cuts[1:]))
         out = out.reshape(count, gemms * GEMM_ROWS, cols)[:, rows]
@@ -207,7 +209,7 @@ class TinyLlama:
         # Threads sharing out each batch-invariant weight matmul's column blocks (numpy's matmul
         # lets go of the GIL); every block is still the same gemm, so the bits do not change.
         self.threads = 1
-        self._workers: ThreadPoolExecutor | None = None
+        self._workers: tuple[int, ThreadPoolExecutor | None] = (1, None)
         missing = sorted(set(expected) - set(weights))
         extra = sorted(set(weights) - set(expected))
         if missing or extra:
@@ -453,9 +455,9 @@ class TinyLlama:
         if isinstance(b, Weight):
             if not self.batch_invariant:
                 return a @ b.matrix
-            if self.threads > 1 and (self._workers is None or self._workers._max_workers != self.threads):
-                self._workers = ThreadPoolExecutor(self.threads)
-            return b.blocks_matmul(a, rows, self._workers if self.threads > 1 else None)
+            if self.threads > 1 and self._workers[0] != self.threads:
+                self._workers = (self.threads, ThreadPoolExecutor(self.threads))
+            return b.blocks_matmul(a, rows, self.threads, self._workers[1])
         return matmul(a, b, rows) if self.batch_invariant else a @ b
 
     def _attend(self, pool: KvPool, layer: int, q: np.ndarray, table: list[int], moves: tuple,
