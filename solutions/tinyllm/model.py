@@ -135,11 +135,10 @@ class Weight:
     ``matrix`` serves plain gemms. ``blocks`` holds the same columns cut into ``GEMM_COLS``-wide
     blocks, ``(blocks, in, GEMM_COLS)``, the last one zero-padded, each block contiguous and
     aligned: :meth:`blocks_matmul` runs one small ``(GEMM_ROWS, in) @ (in, GEMM_COLS)`` gemm per
-    block. A BLAS runs a gemm that small straight from its operands, without first copying the
-    whole weight into its own layout (OpenBLAS copies it for a 16-row gemm over all the columns,
-    and then runs a kernel that is slow at 16 rows): the weights are read once, with the
-    arithmetic close to the core's peak. Every block is the same shape, so each output column is
-    summed the same way in every pass.
+    block. OpenBLAS runs a gemm that small straight from its operands, near the core's peak; a
+    16-row gemm over all the columns it runs by first copying the whole weight into its own
+    layout, then with a kernel that is slow at 16 rows (``bench/README.md``, issue 22). Every
+    block is the same shape, so each output column is summed the same way in every pass.
     """
 
     def __init__(self, matrix: np.ndarray) -> None:
