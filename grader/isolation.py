@@ -276,8 +276,8 @@ def _timed_out(session: "_Session", why: str, function: str | None) -> LearnerTi
         what = f"{function} did not return" if function else "the code under test did not answer"
         _TIMED_OUT = f"{why}: {what} (an endless loop, or far slower than the reference?)"
         if function:
-            _HUNG.setdefault(function, f"timed out earlier: {function} did not return ({why.removeprefix('timed out ')}) "
-                                       f"in {_TEST}, so it is not called again in this check")
+            _HUNG.setdefault(function, f"timed out earlier: {function} did not return in {_TEST}, "
+                                       f"{why.removeprefix('timed out ')}; it is not called again in this check")
     return LearnerTimedOut(_TIMED_OUT)
 
 

@@ -38,7 +38,7 @@ import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from grader.errors import GraderError
 
@@ -117,8 +117,7 @@ class Sandbox:
                     os.setgid(user)
                     os.setuid(user)
 
-            return subprocess.Popen(argv, cwd=folder, env=env, pass_fds=(keep_fd,), start_new_session=True,
-                                    preexec_fn=as_user, **options)
+            return subprocess.Popen(argv, cwd=folder, env=env, pass_fds=(keep_fd,), preexec_fn=as_user, **options)
         env = {**env, **{k: v.replace(str(folder), INSIDE) for k, v in env.items() if str(folder) in v}}
         argv = [a.replace(str(folder), INSIDE) for a in argv]
         words = [*_bwrap_options(), "--ro-bind", str(folder), INSIDE, "--remount-ro", "/", "--chdir", INSIDE,
@@ -363,17 +362,7 @@ class Cgroup:
     def close(self) -> None:
         """Kill every process in the cgroup (but the caller, which moves back out) and remove it."""
         me = os.getpid()
-        for _ in range(50):
-            others = self.pids() - {me}
-            if not others:
-                break
-            for pid in others:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            _reap_children()
-            time.sleep(0.02)
+        kill_until_none(lambda: self.pids() - {me})
         for root in _hierarchies():
             if me in self.pids():
                 try:
@@ -440,11 +429,16 @@ def hide_memory() -> None:
 def kill_descendants() -> None:
     """SIGKILL every process below this one (found through /proc), until none is left."""
     me = os.getpid()
-    for _ in range(20):
-        below = descendants(me)
-        if not below:
+    kill_until_none(lambda: descendants(me))
+
+
+def kill_until_none(find: Callable[[], set[int]], tries: int = 50) -> None:
+    """SIGKILL the processes ``find`` names, again until it names none (forks race the first kill)."""
+    for _ in range(tries):
+        found = find()
+        if not found:
             return
-        for pid in below:
+        for pid in found:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

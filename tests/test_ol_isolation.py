@@ -1,6 +1,7 @@
 """Isolated checks keep each test's time in the judge: a hang ends its own tests and nothing else."""
 
 import json
+import re
 
 from ol_helpers import ol, put_reference
 
@@ -21,15 +22,16 @@ def test_a_hanging_function_fails_only_its_tests(tmp_path):
     tests = {t["name"]: t for t in json.loads(report.read_text())["tests"]}
     first, later = tests["hand_example_prompt_lookup"], tests["prompt_lookup_matches_python_l8_6"]
     assert first["status"] == later["status"] == "fail", (first, later)
-    assert first["message"].startswith("timed out after 2 s of CPU time: spec.prompt_lookup did not return"), \
-        first["message"]
+    # 2 s of CPU time, or on a loaded machine the clock's 6 s may come first.
+    assert re.match(r"timed out after (2 s of CPU time|6 s on the clock, [\d.]+ s of it computing .*): "
+                    r"spec\.prompt_lookup did not return", first["message"]), first["message"]
     # The function that hung is not called again: the later test fails at once, saying why.
-    assert later["message"].startswith("timed out earlier: spec.prompt_lookup did not return (after 2 s of CPU "
-                                       "time) in hand_example_prompt_lookup"), later["message"]
+    assert re.match(r"timed out earlier: spec\.prompt_lookup did not return in hand_example_prompt_lookup, after .*; "
+                    "it is not called again in this check", later["message"]), later["message"]
     for name in ("ngram_draft_hand_example", "hand_example_greedy_verify"):
         assert tests[name]["status"] == "pass", tests[name]
     # One test's 2 s, and no second pytest for the tests after it.
-    assert ran.seconds < 20, f"the check took {ran.seconds:.1f} s"
+    assert ran.seconds < 60, f"the check took {ran.seconds:.1f} s"     # not every test's bound, even when loaded
     assert "Comparing your answers" not in ran.out, "a timed-out test has no answers to diagnose"
 
 
