@@ -1,0 +1,372 @@
+"""Speculation under load: tokens/s of many requests served together, by policy and concurrency.
+
+Closed loop at concurrency B: ``tinyllm.serve.Server`` runs at most B requests at once, admitting
+the next queued request as one ends (``--quick``: B in 1, 4, 16; else 1, 2, 4, 8, 16, 32).
+Workloads: code-edit (continue or edit a given function: prompt lookup is accepted often), prose
+(free text: rarely), and a traffic shift (B code-edit requests, then B prose requests, each with
+half the output budget); ``--quick`` runs code-edit and the shift (whose second half is prose).
+A cell serves ``waves`` x B requests, and at least four.
+Policies: plain batched decoding (``off``), static k in 2, 4, 8, 15, and ``adaptive`` (the goodput
+rule on a cost table profiled at start, ``tinyllm.serve.profile``). Every request's prompt ends
+with a few filler words chosen so that requests start at different gemm slots (``p % 16``), as
+requests of a real queue do; prompts share their leading blocks through the prefix index.
+
+Per cell: tokens/s (the median over interleaved repeats; each ratio is the median of the ratios
+measured in one repeat, so a busy spell slows both sides) in CPU seconds of this process (one
+thread: on a core of its own that is wall-clock time; on a shared machine it leaves out the time
+other processes held the core, which wall-clock tokens/s, also printed, does not); 16-row gemms
+fed per emitted token (deterministic), acceptance, per-token latency (a request's CPU time from first to last token over
+its tokens, the median over requests). Greedy output of a request must be the same in every cell
+it runs in (alone at B = 1 included); the script exits with status 1 if it is not.
+It prints the cost table, the crossover the table predicts for each static k (the first B where
+``AL(k) * T(plain) / T(k)`` falls below 1, gemms packed ideally, AL from the B = 1 run) beside the
+measured one, writes ``load.json`` and ``load.png`` to ``--out``, and ends with one line:
+
+    load: static k=K below plain from B=X (worst W.WWx); adaptive vs plain min M.MMx over B, B=1 S.SSx; adaptive vs best static min R.RRx; blocks per token adaptive <= plain: yes|no
+
+K and X: the static k that falls below plain at the smallest B on code-edit (the largest such k;
+when none does, the one that comes closest, and X = none); W its lowest ratio; M the lowest adaptive/plain over every B and workload; S adaptive/plain at
+B = 1 on code-edit; R the lowest adaptive / best static at any B and workload.
+
+    python bench/load.py --quick                    # the trained tiny llama
+    python bench/load.py --quick --model smollm2    # SmolLM2-135M-Instruct (CI)
+"""
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one thread: steadier timings on a shared box
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "solutions"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from tinyllm.sampling import SamplingParams  # noqa: E402
+from tinyllm.serve import CostTable, Policy, Server, profile  # noqa: E402
+
+BLOCK_TOKENS = 16
+MIN_REQUESTS = 4
+STATIC = (2, 4, 8, 15)
+POLICIES = [Policy("off")] + [Policy("static", k) for k in STATIC] + [Policy("adaptive")]
+FILLER = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar "
+          "papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
+
+
+@dataclass
+class Workloads:
+    """Each workload's request prompts (token ids), the EOS ids and the output budget."""
+
+    prompts: dict[str, list[list[int]]]
+    eos: list[int]
+    max_new: int
+
+
+def spread(make, count: int) -> list[list[int]]:
+    """``count`` prompts ``make(n)`` (n filler words), the i-th starting its output at gemm slot
+    ``(s0 + i) % 16`` where some n reaches it: requests of a queue do not all start in step."""
+    by_slot: dict[int, list[int]] = {}
+    for n in range(len(FILLER) + 1):
+        ids = make(n)
+        by_slot.setdefault(len(ids) % BLOCK_TOKENS, ids)
+    slots = sorted(by_slot)
+    return [by_slot[slots[i % len(slots)]] for i in range(count)]
+
+
+def tiny_workloads(count: int, max_new: int):
+    from speculation import WORKLOADS
+
+    from tinyllm.model import TinyLlama
+
+    model = TinyLlama.load(ROOT / "fixtures" / "model" / "tiny_llama.npz")
+
+    def make(text):
+        return lambda n: list((" ".join(FILLER[:n]) + "\n" if n else "").encode() + text.encode())
+
+    prompts = {"code-edit": spread(make(WORKLOADS["code"][0]), count),
+               "prose": spread(make(WORKLOADS["prose"][0]), count)}
+    return model, Workloads(prompts, [], max_new)
+
+
+def smollm2_workloads(count: int, max_new: int):
+    from smollm2_speculation import WORKLOADS
+
+    from tinyllm import smollm2
+
+    m = smollm2.load()
+
+    def make(messages):
+        def with_filler(n):
+            last = dict(messages[-1])
+            if n:
+                last["content"] += " (ref: " + " ".join(FILLER[:n]) + ")"
+            return m.chat(messages[:-1] + [last])
+        return with_filler
+
+    prompts = {"code-edit": spread(make(WORKLOADS["code-edit"][0]), count),
+               "prose": spread(make(WORKLOADS["chat"][0]), count)}
+    return m.model, Workloads(prompts, [m.eos], max_new)
+
+
+@dataclass
+class Cell:
+    tokens: dict[tuple, list[int]]  # prompt -> greedy output
+    seconds: float                # CPU seconds of this process
+    wall: float
+    emitted: int
+    blocks: int
+    drafted: int
+    accepted: int
+    passes: int
+    latency: float                # median over requests of seconds per token after the first
+
+
+def warm_pool(model, work: Workloads, batch: int):
+    """One pool for the whole run, its prompts' full blocks computed once and pinned (one extra
+    reference each), as a server keeps a popular prefix cached: a request then feeds only the end
+    of its prompt, and no cell pays for a cold cache."""
+    longest = max(len(p) for prompts in work.prompts.values() for p in prompts)
+    per_request = -(-(longest + work.max_new) // BLOCK_TOKENS)
+    pool = model.new_pool(batch * per_request + 2 * len(work.prompts) * per_request, BLOCK_TOKENS)
+    server = Server(model, pool, Policy("off"), max_batch=1, prefix_cache=True)
+    for prompts in work.prompts.values():
+        server.submit(prompts[0], max_new=2)
+        server.step()
+        for b in server.running[0].table:
+            if pool.is_registered(b):
+                pool.retain(b)
+        server.run()
+    return pool
+
+
+def run_cell(model, pool, cost: CostTable, policy: Policy, prompts: list[list[int]], batch: int,
+             max_new: int, eos: list[int]) -> Cell:
+    """Serve ``prompts`` (in order) at concurrency ``batch`` to the end."""
+    free = pool.num_free()
+    server = Server(model, pool, policy, max_batch=batch, cost=cost, prefix_cache=True)
+    stamps: dict[int, list[float]] = {}
+    for i, prompt in enumerate(prompts):
+        stamps[i] = []
+        server.submit(prompt, SamplingParams(), seed=i, max_new=max_new, eos=eos,
+                      on_token=lambda token, logprob, s=stamps[i]: s.append(time.process_time()) or True)
+    blocks = emitted = 0
+    began, cpu = time.perf_counter(), time.process_time()
+    while not server.idle():
+        report = server.step()
+        blocks += report.blocks
+        emitted += report.emitted
+    seconds, wall = time.process_time() - cpu, time.perf_counter() - began
+    if pool.num_free() != free:
+        raise SystemExit(f"FAIL: {free - pool.num_free()} blocks leaked ({policy}, B={batch})")
+    results = server.results
+    latency = statistics.median((s[-1] - s[0]) / (len(s) - 1) for s in stamps.values() if len(s) > 1)
+    return Cell({tuple(prompts[i]): results[i].tokens for i in results}, seconds, wall, emitted, blocks,
+                sum(r.stats.drafted for r in results.values()), sum(r.stats.accepted for r in results.values()),
+                sum(r.stats.target_calls for r in results.values()), latency)
+
+
+def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloads: list[str], waves: int,
+            repeats: int):
+    """Every (workload, B, policy) cell, ``repeats`` times, interleaved: the order of policies
+    turns by one each repeat so none always runs first. The shift serves B code-edit requests then
+    B prose requests, each with half the output budget."""
+    code, prose = work.prompts["code-edit"], work.prompts["prose"]
+
+    def count(b: int) -> int:  # at least four requests a cell: the pooled estimate has some to learn from
+        return max(b * waves, MIN_REQUESTS)
+
+    def shifted(b: int) -> int:  # B code-edit requests, then B prose requests (at least two of each)
+        return max(b, MIN_REQUESTS // 2)
+
+    loads = {"code-edit": (lambda b: code[:count(b)], work.max_new),
+             "prose": (lambda b: prose[:count(b)], work.max_new),
+             "shift": (lambda b: code[:shifted(b)] + prose[shifted(b):2 * shifted(b)], work.max_new // 2)}
+    pool = warm_pool(model, work, max(batches))
+    cells: dict[tuple, list[Cell]] = {}
+    for rep in range(repeats):
+        for b in batches:
+            for name in workloads:
+                requests, max_new = loads[name]
+                order = POLICIES[rep % len(POLICIES):] + POLICIES[:rep % len(POLICIES)]
+                for policy in order:
+                    cell = run_cell(model, pool, cost, policy, requests(b), b, max_new, work.eos)
+                    cells.setdefault((name, b, str(policy)), []).append(cell)
+    return cells
+
+
+def greedy_mismatches(cells: dict[tuple, list[Cell]]) -> list[str]:
+    """A prompt must give one output in every cell it ran in (the shorter of two budgets' outputs a
+    prefix of the longer)."""
+    seen: dict[tuple, tuple[list[int], tuple]] = {}
+    bad = []
+    for where, runs in cells.items():
+        for cell in runs:
+            for prompt, tokens in cell.tokens.items():
+                first = seen.setdefault(prompt, (tokens, where))
+                n = min(len(first[0]), len(tokens))
+                if first[0][:n] != tokens[:n]:
+                    bad.append(f"a prompt of {len(prompt)} tokens: {where} differs from {first[1]}")
+    return bad
+
+
+def table(cells: dict[tuple, list[Cell]], batches: list[int]) -> list[dict]:
+    rows = []
+    for (name, b, policy), runs in cells.items():
+        plain = cells[(name, b, "off")]
+        first = runs[0]
+        rows.append({
+            "workload": name, "B": b, "policy": policy,
+            "tokens_per_s": statistics.median(c.emitted / c.seconds for c in runs),
+            "wall_tokens_per_s": statistics.median(c.emitted / c.wall for c in runs),
+            "vs_plain": statistics.median((c.emitted / c.seconds) / (p.emitted / p.seconds) for c, p in zip(runs, plain)),
+            "blocks_per_token": first.blocks / first.emitted,
+            "acceptance": first.accepted / first.drafted if first.drafted else 0.0,
+            "tokens_per_pass": first.emitted / first.passes,
+            "latency_ms": statistics.median(c.latency for c in runs) * 1e3,
+        })
+    return rows
+
+
+def predicted_crossover(cost: CostTable, rows: list[dict], batches: list[int]) -> dict[int, int | None]:
+    """Per static k: the first B where ``AL(k) * T(plain) / T(k) < 1`` on code-edit, with AL(k) the
+    tokens per pass measured at B = 1 and gemms packed ideally (``ceil(rows / 16)``)."""
+    out = {}
+    for k in STATIC:
+        al = next(r["tokens_per_pass"] for r in rows
+                  if r["workload"] == "code-edit" and r["B"] == batches[0] and r["policy"] == f"k={k}")
+        out[k] = None
+        for b in batches:
+            plain = cost.step_seconds(-(-b // 16), b, b)
+            spec = cost.step_seconds(-(-b * (1 + k) // 16), b * (1 + k), b, b)
+            if al * plain / spec < 1.0:
+                out[k] = b
+                break
+    return out
+
+
+def summary(rows: list[dict], batches: list[int]) -> tuple[str, dict]:
+    def ratio(name, b, policy):
+        return next(r for r in rows if r["workload"] == name and r["B"] == b and r["policy"] == policy)
+
+    below = {}
+    for k in STATIC:
+        falls = [b for b in batches if ratio("code-edit", b, f"k={k}")["vs_plain"] < 1.0]
+        if falls:
+            below[k] = (falls[0], min(ratio("code-edit", b, f"k={k}")["vs_plain"] for b in batches))
+    names = sorted({r["workload"] for r in rows})
+    adaptive = [ratio(n, b, "adaptive")["vs_plain"] for n in names for b in batches]
+    vs_best = [ratio(n, b, "adaptive")["tokens_per_s"] / max(ratio(n, b, f"k={k}")["tokens_per_s"] for k in STATIC)
+               for n in names for b in batches]
+    blocks_ok = all(ratio(n, b, "adaptive")["blocks_per_token"] <= ratio(n, b, "off")["blocks_per_token"]
+                    for n in names for b in batches)
+    if below:
+        k = min(below, key=lambda k: (below[k][0], -k))
+        head = f"static k={k} below plain from B={below[k][0]} (worst {below[k][1]:.2f}x)"
+    else:  # none falls below: the k that comes closest
+        worst = {k: min(ratio("code-edit", b, f"k={k}")["vs_plain"] for b in batches) for k in STATIC}
+        k = min(worst, key=worst.get)
+        head = f"static k={k} below plain from B=none (worst {worst[k]:.2f}x)"
+    facts = {"static_below": {str(k): v for k, v in below.items()}, "adaptive_vs_plain_min": min(adaptive),
+             "adaptive_vs_plain_b1": ratio("code-edit", batches[0], "adaptive")["vs_plain"],
+             "adaptive_vs_best_static_min": min(vs_best), "blocks_per_token_ok": blocks_ok}
+    line = (f"load: {head}; adaptive vs plain min {min(adaptive):.2f}x over B, "
+            f"B=1 {facts['adaptive_vs_plain_b1']:.2f}x; adaptive vs best static min {min(vs_best):.2f}x; "
+            f"blocks per token adaptive <= plain: {'yes' if blocks_ok else 'no'}")
+    return line, facts
+
+
+def print_rows(rows: list[dict]) -> None:
+    head = (f"{'workload':9} {'B':>3} {'policy':8} {'tok/s':>8} {'wall':>7} {'vs plain':>8} {'gemms/tok':>9} "
+            f"{'accept':>6} {'tok/pass':>8} {'ms/tok':>7}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['workload']:9} {r['B']:>3} {r['policy']:8} {r['tokens_per_s']:8.1f} {r['wall_tokens_per_s']:7.1f} "
+              f"{r['vs_plain']:7.2f}x "
+              f"{r['blocks_per_token']:9.3f} {r['acceptance']:6.2f} {r['tokens_per_pass']:8.2f} "
+              f"{r['latency_ms']:7.1f}")
+
+
+def plot(rows: list[dict], batches: list[int], crossover: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in ("code-edit", "prose", "shift") if any(r["workload"] == n for r in rows)]
+    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4.2))
+    for ax, name in zip(axes, names):
+        for j, policy in enumerate(str(p) for p in POLICIES):
+            ys = [next(r["tokens_per_s"] for r in rows if r["workload"] == name and r["B"] == b
+                       and r["policy"] == policy) for b in batches]
+            style = {"off": "k-", "adaptive": "r-"}.get(policy, f"C{j}--")
+            ax.plot(batches, ys, style, marker="o", lw=2 if policy in ("off", "adaptive") else 1, label=policy)
+        if name == "code-edit":
+            for j, k in enumerate(STATIC):
+                if crossover.get(k):
+                    ax.axvline(crossover[k], color=f"C{j + 1}", ls=":", lw=1)
+                    ax.annotate(f"k={k} predicted", (crossover[k], ax.get_ylim()[1]), rotation=90, va="top",
+                                fontsize=7, color=f"C{j + 1}")
+        ax.set(xscale="log", xlabel="concurrency B", ylabel="tokens/s (whole batch)", title=name)
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="Speculation under load: tokens/s against concurrency by policy.")
+    ap.add_argument("--quick", action="store_true", help="B in 1, 4, 16; short outputs; fewer repeats")
+    ap.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    args = ap.parse_args()
+    began = time.perf_counter()
+    batches = [1, 4, 16] if args.quick else [1, 2, 4, 8, 16, 32]
+    workloads = ["code-edit", "shift"] if args.quick else ["code-edit", "prose", "shift"]
+    # (output budget, waves of B requests, repeats)
+    settings = {("tiny", True): (48, 4, 3), ("tiny", False): (96, 4, 5),
+                ("smollm2", True): (16, 1, 1), ("smollm2", False): (64, 2, 3)}
+    max_new, waves, repeats = settings[(args.model, args.quick)]
+    load = tiny_workloads if args.model == "tiny" else smollm2_workloads
+    model, work = load(max(max(batches) * max(waves, 2), 2 * MIN_REQUESTS), max_new)
+    cost = profile(model, max_blocks=4, repeats=15 if args.model == "tiny" else 5)  # the fastest of each: noise only adds
+    print("cost table (ms): " + ", ".join(f"{g} gemm{'s' if g > 1 else ''} {t * 1e3:.2f}"
+                                           for g, t in enumerate(cost.block_seconds, start=1))
+          + f"; per row {cost.row_seconds * 1e3:.3f}, per request {cost.request_seconds * 1e3:.3f}, "
+            f"per draft {cost.draft_seconds * 1e3:.3f}")
+    cells = measure(model, cost, work, batches, workloads, waves, repeats)
+    bad = greedy_mismatches(cells)
+    rows = table(cells, batches)
+    print_rows(rows)
+    crossover = predicted_crossover(cost, rows, batches)
+    for k in STATIC:
+        measured = next((b for b in batches if next(r for r in rows if r["workload"] == "code-edit" and r["B"] == b
+                                                    and r["policy"] == f"k={k}")["vs_plain"] < 1.0), None)
+        print(f"static k={k}: predicted below plain from B={crossover[k]}, measured from B={measured}")
+    line, facts = summary(rows, batches)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = "load" if args.model == "tiny" else "load_smollm2"
+    report = {"model": args.model, "quick": args.quick, "batches": batches, "workloads": workloads,
+              "waves": waves, "max_new": max_new,
+              "repeats": repeats, "cost": {"block_seconds": cost.block_seconds, "row_seconds": cost.row_seconds,
+                                           "request_seconds": cost.request_seconds,
+                                           "draft_seconds": cost.draft_seconds},
+              "predicted_crossover": {str(k): v for k, v in crossover.items()}, "summary": facts,
+              "greedy_mismatches": bad, "seconds": time.perf_counter() - began, "rows": rows}
+    (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    plot(rows, batches, crossover, args.out / f"{stem}.png")
+    print(f"wrote {args.out / (stem + '.json')} and {args.out / (stem + '.png')} ({report['seconds']:.0f} s)")
+    for mismatch in bad:
+        print(f"FAIL: greedy output {mismatch}")
+    print(line)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
