@@ -368,3 +368,22 @@ def test_closing_a_cgroup_ends_every_process_in_it():
         group.close()
     assert tree.wait(5) == -9
     assert not group.pids() and not list(Path("/sys/fs/cgroup").glob(f"*/{group.name}"))
+
+
+def test_grading_refuses_without_bubblewrap_unless_told(tmp_path):
+    """Where bwrap cannot be found, ol grade says how to install it and grades nothing; with
+    --unsandboxed it grades, and each submission's results say so."""
+    sub = workspace(tmp_path / "subs", "correct", REFERENCE_SPEC)
+    env = {**os.environ, "PATH": str(tmp_path / "empty"), "PYTHONPATH": str(ROOT), "OL_NO_WARM": "1"}
+
+    def grade(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "grader", "grade", "L10.8", str(sub), "--out",
+                               str(tmp_path / "out"), *extra], env=env, capture_output=True, text=True, timeout=600)
+
+    refused = grade()
+    assert refused.returncode == 3 and "apt-get install bubblewrap" in refused.stderr, refused
+    assert "--unsandboxed" in refused.stderr and not (tmp_path / "out" / "grades.csv").exists()
+    done = grade("--unsandboxed")
+    assert done.returncode == 0 and "UNSANDBOXED" in done.stdout, done
+    results = json.loads(next((tmp_path / "out").glob("001-*.json")).read_text())
+    assert results["score"] == 20 and results["sandbox"] == "none: graded with --unsandboxed", results
