@@ -219,24 +219,46 @@ def _bools_only(want: Any, got: Any) -> bool:
 
 def same_law(a: Answer, b: Answer) -> bool:
     """Two count vectors a chi-square test of homogeneity cannot tell apart at p = 1e-4 (the test
-    ``scipy.stats.chi2_contingency`` makes, Yates' correction at one degree of freedom included,
-    written out: importing scipy.stats costs ol a second on every diagnosis)."""
+    ``scipy.stats.chi2_contingency`` makes, Yates' correction at one degree of freedom included),
+    written out in plain Python: importing scipy cost every failing check a second."""
     if not (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)):
         return first_difference(a, b) is None
-    import numpy as np
-    from scipy.special import chdtrc
+    try:
+        columns = [(float(x), float(y)) for x, y in zip(a, b) if x + y > 0]
+    except (TypeError, ValueError):
+        return first_difference(a, b) is None
+    if len(columns) < 2 or all(x == y for x, y in columns):
+        return all(x == y for x, y in columns)
+    rows = [sum(x for x, _ in columns), sum(y for _, y in columns)]
+    total = rows[0] + rows[1]
+    dof = len(columns) - 1
+    statistic = 0.0
+    for column in columns:
+        for observed, row in zip(column, rows):
+            expected = row * sum(column) / total
+            gap = abs(expected - observed)
+            if dof == 1:
+                gap -= min(0.5, gap)
+            statistic += gap * gap / expected
+    return chi2_survival(statistic, dof) > LAW_P_VALUE
 
-    table = np.array([a, b], dtype=np.float64)
-    table = table[:, table.sum(axis=0) > 0]
-    if table.shape[1] < 2 or np.array_equal(table[0], table[1]):
-        return bool(np.array_equal(table[0], table[1]))
-    expected = table.sum(axis=1, keepdims=True) * table.sum(axis=0, keepdims=True) / table.sum()
-    dof = table.shape[1] - 1
-    if dof == 1:
-        diff = expected - table
-        table = table + np.sign(diff) * np.minimum(0.5, np.abs(diff))
-    statistic = float(((table - expected) ** 2 / expected).sum())
-    return bool(chdtrc(dof, statistic) > LAW_P_VALUE)
+
+def chi2_survival(x: float, dof: int) -> float:
+    """P(X > x) for X chi-square with ``dof`` degrees of freedom: the regularized upper incomplete
+    gamma function Q(dof / 2, x / 2), summed in closed form for a whole or half-whole shape."""
+    h = x / 2
+    if dof % 2 == 0:
+        term = total = math.exp(-h)
+        for i in range(1, dof // 2):
+            term *= h / i
+            total += term
+        return total
+    total = math.erfc(math.sqrt(h))
+    term = math.exp(-h) * math.sqrt(h) / math.gamma(1.5)
+    for i in range(1, (dof - 1) // 2 + 1):
+        total += term
+        term *= h / (i + 0.5)
+    return total
 
 
 def plain(value: Any) -> Any:
