@@ -23,6 +23,7 @@ import fcntl
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -117,6 +118,7 @@ def main() -> int:
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"{args.hog} CPU-bound job(s) beside the checks", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # so the hogs are stopped below
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hog)]
     try:
         with tempfile.TemporaryDirectory(prefix="ol-bench-") as tmp:
