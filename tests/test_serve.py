@@ -9,7 +9,6 @@ import itertools
 import random
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tinyllm.model import LlamaConfig, TinyLlama

@@ -26,7 +26,7 @@ import numpy as np
 from .kvpool import KvPool
 from .model import GEMM_ROWS, TinyLlama, gemm_rows
 from .sampling import SamplingParams, stream
-from .spec import MAX_K, Generated, SpecError, SpecStats, blocks_for, prompt_lookup, rollback, verify_draft
+from .spec import Generated, SpecError, SpecStats, blocks_for, prompt_lookup, rollback, verify_draft
 
 MAX_DRAFT = GEMM_ROWS - 1  # a request's last token and its draft fit one gemm's 16 rows
 PRIOR = 0.5   # acceptance assumed at a position nothing has been drafted at yet
