@@ -3,8 +3,8 @@
 In an isolated check the graded suite runs in the *judge* (the pytest process with ol's recorder,
 as in any check), but ``tinyllm.<file>`` for each file the learner wrote is a stand-in: every
 call into it goes over RPyC to the *learner process* (:mod:`grader.learner_server`), which alone
-imports the learner's package, runs inside a :class:`~grader.sandbox.Sandbox` (its own user when
-ol is root), and sends back only data. The cases, their expected answers and the judging stay in
+imports the learner's package, runs inside a :class:`~grader.sandbox.Sandbox` (bubblewrap, a
+cgroup where the machine has them), and sends back only data. The cases, their expected answers and the judging stay in
 the judge, built from the suite, the fixtures and the reference's given files; the learner's
 process sees the arguments of each call and nothing else of the suite, and has no way to the
 recorder's pipe, ol's processes or their files.
