@@ -109,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("submissions", nargs="+", metavar="SUBMISSION", help="a folder or a zip file holding tinyllm/")
     grade.add_argument("--jobs", type=int, default=2, metavar="N", help="submissions graded at once (default 2)")
     grade.add_argument("--out", metavar="DIR", help="where grades.csv and the JSON files go (default ./grades)")
-    grade.add_argument("--timeout", type=float, metavar="S", help="CPU seconds the learner's code may use in each test (default: 10 times the reference's time for that test here, at least 2 s, at most the module's); on the clock, 3 times that")
-    grade.add_argument("--limit", type=float, metavar="S", help="CPU seconds the learner's code may use in one submission's whole check (default: 4 times the reference's check, 30 to 60); on the clock, 3 times that")
+    grade.add_argument("--timeout", type=float, metavar="S", help="CPU seconds the learner's code may use in each test (default: 10 times the reference's time for that test here, at least 2 s, at most the module's); on the clock, twice that")
+    grade.add_argument("--limit", type=float, metavar="S", help="CPU seconds the learner's code may use in one submission's whole check (default: 4 times the reference's check, 30 to 60); on the clock, twice that")
     grade.add_argument("--unsandboxed", action="store_true", help="grade without bubblewrap, where it cannot be installed: learner code then runs with limits only, and each submission's results say so")
 
     export = verbs.add_parser("export", help="for instructors: a module's autograder for Gradescope or PrairieLearn",

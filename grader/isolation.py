@@ -186,7 +186,7 @@ def _session() -> _Session:
 TEST_TIMEOUT_ENV = "OL_TEST_TIMEOUT"      # CPU seconds a test may take (ol's run sets it)
 TEST_TIMEOUTS_ENV = "OL_TEST_TIMEOUTS"    # optional JSON {test name: CPU seconds}, overriding it per test
 CHECK_CPU_ENV = "OL_CHECK_CPU"            # optional CPU seconds for the whole check
-WALL_FACTOR = 3.0
+WALL_FACTOR = 2.0
 STARTUP = 60.0                            # seconds for the learner's process to start (no learner code yet)
 SLICE = 0.25                              # how often a wait looks at the clocks
 CHECK_SPENT = "timed out: the whole check used its {seconds:g} s of CPU time"
