@@ -353,10 +353,21 @@ def save(page, lab: Lab, name: str, outcome: Outcome) -> None:
         menu(page, "File", "Save Notebook")
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            if lab.api(f"api/contents/{name}?content=0")["last_modified"] != before and widget_state(lab, name):
+            if save_landed(lab, name, before):
                 return
             time.sleep(0.5)
     outcome.problems.append("the saved notebook holds no widget state (ol lab sets saveState)")
+
+
+def save_landed(lab: Lab, name: str, before: str) -> bool:
+    """Jupyter's atomic writing rewrites the file in place (its backup is a side copy), so a read
+    during the write finds a short file and the server answers 400: that is a save under way."""
+    try:
+        return lab.api(f"api/contents/{name}?content=0")["last_modified"] != before and bool(widget_state(lab, name))
+    except urllib.error.HTTPError as refused:
+        if refused.code == 400:
+            return False
+        raise
 
 
 def widget_state(lab: Lab, name: str) -> dict:
