@@ -2,19 +2,33 @@
 
 It follows the PCG paper's minimal C library exactly: ``pcg32_srandom_r(initstate=seed,
 initseq=stream)`` to seed and ``pcg32_random_r`` to step, so seed 42 / stream 54 reproduces
-the published ``pcg32-demo`` output. ``course/spec/pcg32.md`` states the algorithm and how a
-float is made from two 32-bit draws.
+the published ``pcg32-demo`` output. The rules are in ``course/L10.1.md`` section 2.1 and, bit by
+bit, in ``course/spec/pcg32.md``, which also states how a float is made from two 32-bit draws.
 """
+
+# BEGIN PROMPT
+# You write this file: the three methods of Pcg32. The constants below are the PCG paper's and are
+# given.
+# END PROMPT
 
 MASK64 = (1 << 64) - 1
 MASK32 = (1 << 32) - 1
 MULTIPLIER = 6364136223846793005
 
 
+# --- 2.1 PCG32 -------------------------------------------------------------------------------
+
 class Pcg32:
-    """A PCG32 generator: 64-bit LCG state, 32-bit xorshift-rotate output."""
+    """A PCG32 generator: a 64-bit LCG state and a 32-bit xorshift-rotate output.
+
+    Seeding follows the paper's ``pcg32_srandom_r(initstate=seed, initseq=stream)``: state 0,
+    increment ``(stream << 1) | 1``, one step, add ``seed`` to the state, one more step. ``seed``
+    and ``stream`` must be integers in ``[0, 2**64)``, otherwise ``ValueError``.
+    Seed 42, stream 54 must reproduce the published pcg32-demo output (``0xa15c02b7`` first).
+    """
 
     def __init__(self, seed: int, stream: int = 54) -> None:
+        # BEGIN SOLUTION
         for name, value in (("seed", seed), ("stream", stream)):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MASK64:
                 raise ValueError(f"Pcg32 {name} must be an integer in [0, 2**64), got {value!r}")
@@ -23,17 +37,22 @@ class Pcg32:
         self.next_u32()
         self.state = (self.state + seed) & MASK64
         self.next_u32()
+        # END SOLUTION
 
     def next_u32(self) -> int:
-        """Advance the LCG and return the permuted 32-bit output of the old state."""
+        """Advance the LCG and return the xorshift-rotate output of the state before the step."""
+        # BEGIN SOLUTION
         old = self.state
         self.state = (old * MULTIPLIER + self.inc) & MASK64
         xorshifted = (((old >> 18) ^ old) >> 27) & MASK32
         rot = old >> 59
         return ((xorshifted >> rot) | (xorshifted << ((-rot) & 31))) & MASK32
+        # END SOLUTION
 
     def next_f64(self) -> float:
-        """A float in [0, 1) with 53 random bits: 27 from one draw, then 26 from the next."""
+        """A float in [0, 1) with 53 random bits from two draws: ``((a >> 5) * 2**26 + (b >> 6)) / 2**53``."""
+        # BEGIN SOLUTION
         high = self.next_u32() >> 5
         low = self.next_u32() >> 6
         return (high * 67108864 + low) / 9007199254740992.0
+        # END SOLUTION

@@ -6,12 +6,20 @@ Section numbers refer to the module card (``course/L10.8.md``); the functions co
 its section 2 lists them, ``SpecConfig.parse`` first and ``generate_stream`` last.
 """
 
+# BEGIN PROMPT
+# Given: MAX_K, SpecError, Draft, SpecConfig's fields and its validation (__post_init__), Verified,
+# Target, SpecStats, Generated and generate. Yours: the twelve functions that raise
+# NotImplementedError; write them in the order of the list at the top of the card's section 2,
+# which describes each. ol tests L10.8 lists the tests, ol check L10.8 grades them.
+# END PROMPT
+
 import enum
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+# What this module uses from L10.1 (the card's "Needs" row).
 from .kvpool import KvPool, PoolError
 from .pcg32 import Pcg32
 from .sampling import SamplingParams, distribution, log_softmax_at, apply_penalties, sample, stream, walk
@@ -22,6 +30,8 @@ MAX_K = 16
 class SpecError(ValueError):
     """Bad input to speculative decoding, named with the offending value."""
 
+
+# --- 2.1 Drafts from the context -------------------------------------------------------------
 
 class Draft(enum.Enum):
     NONE = "none"
@@ -54,15 +64,17 @@ class SpecConfig:
     def parse(draft: str, k: int) -> "SpecConfig":
         """The runtime values ``draft = "none" | "ngram" | "prompt_lookup"`` and ``k`` (section 2.1).
 
-        The name must match exactly; ``__post_init__`` refuses a ``k`` outside ``1..16``.
+        The name must be exactly one of the three; any other raises :class:`SpecError` naming it.
+        The answer is ``SpecConfig(Draft(draft), k)`` with the default n-gram sizes; the given
+        constructor already refuses a ``k`` that is not an ``int`` in ``1..16`` (bools and floats too).
         """
+        # BEGIN SOLUTION
         names = [d.value for d in Draft]
         if draft not in names:
             raise SpecError(f"unknown draft {draft!r}; expected one of {', '.join(names)}")
         return SpecConfig(Draft(draft), k)
+        # END SOLUTION
 
-
-# --- 2.1 Drafts from the context -------------------------------------------------------------
 
 def prompt_lookup(ctx: Sequence[int], k: int, max_ngram: int, min_ngram: int) -> list[int]:
     """Copy what followed the most recent earlier occurrence of the context's suffix.
@@ -70,8 +82,9 @@ def prompt_lookup(ctx: Sequence[int], k: int, max_ngram: int, min_ngram: int) ->
     For ``n`` from ``max_ngram`` down to ``min_ngram``: find the largest start ``i < t - n`` with
     ``ctx[i:i+n] == ctx[t-n:]`` (the occurrence may overlap the suffix); the draft is
     ``ctx[i+n : i+n+k]``, which may run into the suffix itself (it stops only at the end of the
-    context). The first ``n`` with a match wins; none, or ``k <= 0``, gives ``[]``.
+    context). The first ``n`` with a match wins; no match at all, or ``k <= 0``, gives ``[]``.
     """
+    # BEGIN SOLUTION
     tokens = np.asarray(ctx, dtype=np.int64)
     t = tokens.shape[0]
     if k <= 0:
@@ -88,15 +101,18 @@ def prompt_lookup(ctx: Sequence[int], k: int, max_ngram: int, min_ngram: int) ->
             begin = int(hits[-1]) + n
             return tokens[begin:begin + k].tolist()
     return []
+    # END SOLUTION
 
 
 def ngram_draft(ctx: Sequence[int], k: int, n: int) -> list[int]:
     """Draft up to ``k`` tokens, each the most frequent follower of the recent context.
 
     For each draft token: for ``m`` from ``n - 1`` down to 1, count the tokens that followed every
-    earlier occurrence of the last ``m`` tokens (drafted tokens included; occurrences may overlap
-    the suffix); the most frequent wins, ties to the lowest id. Stop when no ``m`` matches.
+    earlier occurrence of the last ``m`` tokens (occurrences may overlap the suffix); the most
+    frequent wins, ties to the lowest id. Each drafted token joins the context the next counts
+    read. Stop when no ``m`` matches, or at ``k`` tokens; ``n = 1`` drafts nothing.
     """
+    # BEGIN SOLUTION
     ext = [int(t) for t in ctx]
     draft: list[int] = []
     while len(draft) < k:
@@ -118,41 +134,51 @@ def ngram_draft(ctx: Sequence[int], k: int, n: int) -> list[int]:
         draft.append(choice)
         ext.append(choice)
     return draft
+    # END SOLUTION
 
 
 def propose(cfg: SpecConfig, ctx: Sequence[int], k: int) -> list[int]:
     """The configured draft of at most ``k`` tokens (``k`` may be shorter than ``cfg.k``).
 
-    The n-gram draft takes ``n = cfg.max_ngram``; ``Draft.NONE`` or ``k <= 0`` drafts nothing.
+    ``Draft.NONE`` or ``k <= 0`` drafts nothing; prompt lookup uses ``cfg.max_ngram`` and
+    ``cfg.min_ngram``; the n-gram draft uses ``n = cfg.max_ngram``.
     """
+    # BEGIN SOLUTION
     if k <= 0 or cfg.draft is Draft.NONE:
         return []
     if cfg.draft is Draft.PROMPT_LOOKUP:
         return prompt_lookup(ctx, k, cfg.max_ngram, cfg.min_ngram)
     return ngram_draft(ctx, k, cfg.max_ngram)
+    # END SOLUTION
 
 
-# --- 2.2 / 2.3 Accept or resample ------------------------------------------------------------
+# --- 2.2 One round ---------------------------------------------------------------------------
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """``normalize(max(0, p - q))``: where the mass the draft over-proposed is given back.
 
-    When the residual's sum is exactly 0.0 (every ``p <= q``, as when ``p == q``) it has no mass;
-    a rejection then cannot happen in exact arithmetic, and ``p`` itself is returned. No epsilon.
+    When the sum of ``max(0, p - q)`` is exactly 0.0 (every ``p <= q``, as when ``p == q``; no
+    epsilon) the residual has no mass, and a rejection cannot happen in exact arithmetic: return
+    ``p / sum(p)`` then.
     """
+    # BEGIN SOLUTION
     r = np.maximum(0.0, np.asarray(p, dtype=np.float64) - np.asarray(q, dtype=np.float64))
     total = r.sum()
     if total <= 0.0:
         return np.asarray(p, dtype=np.float64) / np.sum(p)
     return r / total
+    # END SOLUTION
 
 
 def sample_dense(p: np.ndarray, u: float) -> int:
-    """The first id whose running sum of ``p`` exceeds ``u``, or the last id with mass when rounding
-    leaves ``u`` past the end (the sampler's walk)."""
+    """The first id whose running sum of ``p`` exceeds ``u``, strictly; if rounding leaves ``u`` at or
+    past the last running sum, the last id with mass (L10.1's ``walk``)."""
+    # BEGIN SOLUTION
     return walk(np.asarray(p, dtype=np.float64), u)
+    # END SOLUTION
 
 
+# BEGIN SOLUTION NO PROMPT
 def _check_dist(d, vocab: int, what: str) -> np.ndarray:
     arr = np.asarray(d, dtype=np.float64)
     if arr.shape != (vocab,):
@@ -164,21 +190,27 @@ def _check_dist(d, vocab: int, what: str) -> np.ndarray:
     if abs(arr.sum() - 1.0) > 1e-6:
         raise SpecError(f"{what} sums to {float(arr.sum())!r}, not 1")
     return arr
+# END SOLUTION
 
 
+# BEGIN SOLUTION NO PROMPT
 def _check_u(u: float, what: str) -> None:
     if not 0.0 <= u < 1.0:
         raise SpecError(f"{what} must be in [0, 1), got {u!r}")
+# END SOLUTION
 
 
 def speculative_step(p: np.ndarray, q: np.ndarray, x: int, u_accept: float,
                      u_resample: float) -> tuple[int, bool]:
-    """Accept draft token ``x`` when ``u_accept < p(x) / q(x)``; else draw from the residual.
+    """Accept draft token ``x`` when ``u_accept < p(x) / q(x)``, strictly; else walk the residual at
+    ``u_resample``.
 
-    Returns ``(token, accepted)``. The test is strict: ``u_accept`` equal to the ratio rejects, and
-    a token with ``p(x) = 0`` is never accepted. A ``q`` with ``q(x) = 0`` could not have proposed
-    ``x``: that is a bug in the draft and raises :class:`SpecError`.
+    Returns ``(token, accepted)``. ``u_accept`` equal to the ratio rejects, and a token with
+    ``p(x) = 0`` is never accepted. A ``q`` with ``q(x) = 0`` could not have proposed ``x``: raise
+    :class:`SpecError`, as for shapes that differ, ``x`` outside the vocabulary, or a ``u``
+    outside ``[0, 1)``. Section 2.3 shows why this keeps the target's distribution.
     """
+    # BEGIN SOLUTION
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
     if p.ndim != 1 or q.shape != p.shape:
@@ -192,13 +224,18 @@ def speculative_step(p: np.ndarray, q: np.ndarray, x: int, u_accept: float,
     if u_accept < p[x] / q[x]:
         return int(x), True
     return sample_dense(residual(p, q), u_resample), False
+    # END SOLUTION
 
 
 def dense_distribution(logits, params: SamplingParams, prompt: Sequence[int],
                        output: Sequence[int]) -> np.ndarray:
-    """The target's sampling distribution ``p`` over the whole vocabulary: L10.1's ``distribution``,
-    float64 in id order with zeros where filtered, so it lines up with ``q`` id by id."""
+    """The target's sampling distribution ``p`` over the whole vocabulary: L10.1's ``distribution``.
+
+    Float64, length V, in id order, zeros where filtered, so it lines up with ``q`` id by id.
+    """
+    # BEGIN SOLUTION
     return distribution(logits, params, prompt, output)
+    # END SOLUTION
 
 
 @dataclass
@@ -208,6 +245,7 @@ class Verified:
     n_accepted: int
 
 
+# BEGIN SOLUTION NO PROMPT
 def _check_rows(rows, draft: Sequence[int], draft_probs) -> tuple[list[np.ndarray], int]:
     rows = [np.asarray(r) for r in rows]
     if len(rows) != len(draft) + 1:
@@ -227,20 +265,27 @@ def _check_rows(rows, draft: Sequence[int], draft_probs) -> tuple[list[np.ndarra
     if draft_probs is not None and len(draft_probs) != len(draft):
         raise SpecError(f"{len(draft_probs)} draft distributions for a draft of {len(draft)}")
     return rows, vocab
+# END SOLUTION
 
 
 def verify_draft(rows, draft: Sequence[int], draft_probs, params: SamplingParams,
                  prompt: Sequence[int], output: Sequence[int], rng: Pcg32) -> Verified:
     """Walk the draft against the target's ``len(draft) + 1`` rows (section 2.2).
 
-    Greedy: keep ``d_i`` while it is the penalized argmax of row ``i`` (penalties see the tokens
-    accepted so far; ties go to the lowest id, so a draft token that only ties the maximum is
-    rejected); a mismatch emits the argmax and stops; after a full acceptance row ``m`` gives the
-    bonus token. No draws.
+    Penalties count ``output`` followed by the tokens emitted so far in this round.
+    Greedy: keep ``d_i`` while it is the penalized argmax of row ``i`` (ties to the lowest id, so a
+    draft token that only ties the maximum at a higher id is rejected); a mismatch emits the
+    argmax and stops; after a full acceptance row ``m`` gives the bonus token. No draws.
     Sampled: at every position draw ``u_a`` then ``u_r`` (both, always) and apply
-    :func:`speculative_step` with ``q`` the draft distribution (one-hot when ``draft_probs`` is
-    None); after a full acceptance the bonus is L10.1's :func:`sample` of row ``m`` (one draw).
+    :func:`speculative_step` with ``p`` from :func:`dense_distribution` and ``q`` the draft
+    distribution (one-hot when ``draft_probs`` is None); after a full acceptance the bonus is
+    L10.1's ``sample`` of row ``m`` (one draw).
+    Logprobs are L10.1's: the log-softmax of the penalized row at the emitted token.
+    Rows of the wrong number or shape, NaN or +inf, draft distributions of the wrong number,
+    length or sum (1 within 1e-6) or giving their own token 0, and draft ids outside the
+    vocabulary raise :class:`SpecError`.
     """
+    # BEGIN SOLUTION
     rows, vocab = _check_rows(rows, draft, draft_probs)
     qs = None
     if draft_probs is not None:
@@ -275,27 +320,36 @@ def verify_draft(rows, draft: Sequence[int], draft_probs, params: SamplingParams
     tokens.append(token)
     logprobs.append(logprob)
     return Verified(tokens, logprobs, len(draft))
+    # END SOLUTION
 
 
 # --- 2.4 Rollback ----------------------------------------------------------------------------
 
 def blocks_for(tokens: int, block_tokens: int) -> int:
-    """How many blocks ``tokens`` positions need: ``ceil(tokens / block_tokens)``."""
+    """How many blocks ``tokens`` positions need: ``ceil(tokens / block_tokens)``.
+
+    ``block_tokens < 1`` or ``tokens < 0`` raises :class:`SpecError`.
+    """
+    # BEGIN SOLUTION
     if block_tokens < 1:
         raise SpecError(f"block_tokens must be >= 1, got {block_tokens!r}")
     if tokens < 0:
         raise SpecError(f"tokens must be >= 0, got {tokens!r}")
     return -(-tokens // block_tokens)
+    # END SOLUTION
 
 
 def rollback(pool: KvPool, table: list[int], keep: int) -> int:
     """Shrink ``table`` in place to the blocks ``keep`` positions need; return how many it released.
 
     Each dropped block loses one reference (a block shared through the prefix cache survives for
-    its other owner); the last kept block's fill becomes what it still holds. Nothing is indexed
-    here: ``RunnerTarget.truncate`` indexes the full blocks inside the kept length afterwards, so a
-    block a rejected draft filled never enters the prefix index (section 2.4).
+    its other owner); the last kept block's fill becomes what it still holds, so a block a
+    rejected draft filled is never full inside the kept length and never enters the prefix index
+    (``RunnerTarget.truncate`` indexes after calling this; you never register a block here). A
+    ``keep`` outside ``[0, len(table) * block_tokens]``, a cut into a shared last block, or a
+    ``PoolError`` raises :class:`SpecError`.
     """
+    # BEGIN SOLUTION
     capacity = len(table) * pool.block_tokens
     if not 0 <= keep <= capacity:
         raise SpecError(f"keep {keep!r} is outside [0, {capacity}] for a table of {len(table)} blocks")
@@ -314,9 +368,10 @@ def rollback(pool: KvPool, table: list[int], keep: int) -> int:
     except PoolError as err:
         raise SpecError(f"rollback to {keep}: {err}") from err
     return len(dropped)
+    # END SOLUTION
 
 
-# --- The generation loop ---------------------------------------------------------------------
+# --- 2.5 The generation loop -----------------------------------------------------------------
 
 class Target(Protocol):
     """A model with a KV cache that can score several fed ids in one pass."""
@@ -352,6 +407,7 @@ class Generated:
     stats: SpecStats = field(default_factory=SpecStats)
 
 
+# BEGIN SOLUTION NO PROMPT
 def _check_request(target: Target, prompt: Sequence[int], seed: int, max_new: int) -> None:
     if len(prompt) == 0:
         raise SpecError("prompt must hold at least one token")
@@ -361,6 +417,7 @@ def _check_request(target: Target, prompt: Sequence[int], seed: int, max_new: in
         raise SpecError(f"seed must be an integer in [0, 2**64), got {seed!r}")
     if target.cached() != 0:
         raise SpecError(f"the target already caches {target.cached()} positions; start from an empty one")
+# END SOLUTION
 
 
 def generate_stream(target: Target, cfg: SpecConfig, prompt: Sequence[int], params: SamplingParams,
@@ -368,13 +425,19 @@ def generate_stream(target: Target, cfg: SpecConfig, prompt: Sequence[int], para
                     on_token: Callable[[int, float], bool]) -> Generated:
     """Generate up to ``max_new`` tokens, one round per target pass, streaming each token (section 2.5).
 
-    One generator, ``stream(seed)``, serves the whole request; the target must start empty. A round
-    feeds the pending tokens (the prompt first, then the last emitted token) plus a draft
-    shortened to ``max_new - emitted - 1``, verifies, and truncates the target to what was kept.
-    Every emitted token goes to ``on_token(token, logprob)`` in order as soon as its round is
-    verified; generation ends at an EOS token (emitted), at ``max_new``, or after a token for which
-    ``on_token`` returns False, and the rest of that round is dropped.
+    One generator, L10.1's ``stream(seed)``, for the whole request. A round proposes from the
+    prompt and every emitted token a draft shortened to ``max_new - emitted - 1``, feeds the
+    pending tokens (the prompt first, then the last emitted token) plus the draft in one
+    ``extend``, verifies the last ``len(draft) + 1`` rows, hands each verified token to
+    ``on_token(token, logprob)`` in order, and truncates the target to ``base + len(pending) +
+    handed_over - 1`` (the last emitted token stays pending). Generation ends at ``max_new``, after
+    an EOS token (emitted, and heard), or after a token for which ``on_token`` returns False; the
+    rest of that round is dropped. ``stats``: drafted (draft tokens proposed), accepted (the
+    verifier's ``n_accepted``, also past an EOS or a stop), target_calls (``extend`` calls).
+    An empty prompt, a ``max_new`` that is not an int >= 0, a seed outside ``[0, 2**64)`` or a
+    target that is not empty raise :class:`SpecError`.
     """
+    # BEGIN SOLUTION
     _check_request(target, prompt, seed, max_new)
     prompt = [int(t) for t in prompt]
     stop_ids = {int(t) for t in eos}
@@ -405,6 +468,7 @@ def generate_stream(target: Target, cfg: SpecConfig, prompt: Sequence[int], para
             break
         pending = [out.tokens[-1]]
     return out
+    # END SOLUTION
 
 
 def generate(target: Target, cfg: SpecConfig, prompt: Sequence[int], params: SamplingParams,

@@ -7,11 +7,20 @@ into place and every other node's blocks are returned. Section numbers refer to 
 (``course/L10.9.md``); the functions come in the order its section 2 lists them.
 """
 
+# BEGIN PROMPT
+# Given: DRAFT_STREAM, TreeError, DraftTree, TreeVerified, Drafter, ModelDrafter's constructor and
+# its helpers _read, _feed, _runners_up and release, _check_round and TreeTarget. Yours: the
+# fourteen functions that raise NotImplementedError, starting with tree_depths; write them in the
+# order of the list at the top of the card's section 2, which describes each. ol tests L10.9 lists
+# the tests, ol check L10.9 grades them.
+# END PROMPT
+
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+# What this module uses from L10.1 and L10.8 (the card's "Needs" row).
 from .kvpool import KvPool
 from .pcg32 import Pcg32
 from .sampling import (SamplingParams, apply_penalties, argmax, distribution, log_softmax_at, sample,
@@ -54,6 +63,7 @@ def tree_depths(parents: Sequence[int]) -> list[int]:
     Raises :class:`TreeError` unless ``parents[0] == -1``, every other parent comes before its
     child, and depths never decrease along the list (the tree is flattened by depth).
     """
+    # BEGIN SOLUTION
     if len(parents) == 0 or parents[0] != -1:
         raise TreeError(f"parents must start with -1 (node 0 is the root), got {list(parents)[:1]}")
     depths = [0]
@@ -67,6 +77,7 @@ def tree_depths(parents: Sequence[int]) -> list[int]:
                             "flatten the tree by depth")
         depths.append(depth)
     return depths
+    # END SOLUTION
 
 
 def tree_mask(parents: Sequence[int]) -> np.ndarray:
@@ -74,6 +85,7 @@ def tree_mask(parents: Sequence[int]) -> np.ndarray:
 
     A node's row is its parent's row plus itself: parents come first, so one pass fills it.
     """
+    # BEGIN SOLUTION
     tree_depths(parents)
     n = len(parents)
     mask = np.zeros((n, n), dtype=bool)
@@ -82,17 +94,21 @@ def tree_mask(parents: Sequence[int]) -> np.ndarray:
             mask[j] = mask[parents[j]]
         mask[j, j] = True
     return mask
+    # END SOLUTION
 
 
 def tree_positions(start: int, parents: Sequence[int]) -> list[int]:
     """RoPE positions ``start + depth``: siblings share a position (section 2.1)."""
+    # BEGIN SOLUTION
     if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
         raise TreeError(f"start must be an integer >= 0, got {start!r}")
     return [int(start) + d for d in tree_depths(parents)]
+    # END SOLUTION
 
 
 def tree_paths(parents: Sequence[int]) -> list[list[int]]:
     """Every root-to-leaf path as node indices, root first; leaves in node order (section 2.1)."""
+    # BEGIN SOLUTION
     tree_depths(parents)
     inner = set(parents[1:])
     paths = []
@@ -104,6 +120,7 @@ def tree_paths(parents: Sequence[int]) -> list[list[int]]:
             path.append(parents[path[-1]])
         paths.append(path[::-1])
     return paths
+    # END SOLUTION
 
 
 # --- 2.2 Drafters ----------------------------------------------------------------------------
@@ -116,8 +133,10 @@ class Drafter(Protocol):
 
 def chain_tree(pending: int, draft: Sequence[int], probs: Sequence[np.ndarray] | None = None) -> DraftTree:
     """The chain ``pending, d1 .. dm`` as a tree: ``parents = [-1, 0, 1, .., m-1]`` (section 2.2)."""
+    # BEGIN SOLUTION
     return DraftTree([int(pending)] + [int(t) for t in draft], list(range(-1, len(draft))),
                      None if probs is None else [None] + list(probs))
+    # END SOLUTION
 
 
 @dataclass
@@ -130,8 +149,10 @@ class PromptLookupDrafter:
 
     def propose(self, ctx: Sequence[int], pending: int, k: int) -> DraftTree:
         """``chain_tree(pending, prompt_lookup(ctx + [pending], min(self.k, k), max_ngram, min_ngram))``."""
+        # BEGIN SOLUTION
         text = [int(t) for t in ctx] + [int(pending)]
         return chain_tree(pending, prompt_lookup(text, min(self.k, k), self.max_ngram, self.min_ngram))
+        # END SOLUTION
 
 
 @dataclass
@@ -153,6 +174,7 @@ class SuffixTreeDrafter:
     def propose(self, ctx: Sequence[int], pending: int, k: int) -> DraftTree:
         """The trie of the latest occurrences' continuations in ``ctx + [pending]``, at most
         ``min(self.k, k)`` nodes below the root; the root alone when no suffix occurred earlier."""
+        # BEGIN SOLUTION
         text = [int(t) for t in ctx] + [int(pending)]
         budget = min(self.k, k)
         t = len(text)
@@ -163,11 +185,13 @@ class SuffixTreeDrafter:
             if starts:
                 return trie_tree(int(pending), [text[i + n:i + n + budget] for i in starts], budget)
         return DraftTree([int(pending)], [-1])
+        # END SOLUTION
 
 
 def trie_tree(root: int, continuations: Sequence[Sequence[int]], budget: int) -> DraftTree:
     """Merge continuations into a trie under ``root``; keep the ``budget`` best-supported nodes,
     flattened breadth-first (section 2.2)."""
+    # BEGIN SOLUTION
     tokens, count = [root], [len(continuations)]
     kids: list[list[int]] = [[]]   # children of each trie node, in creation order
     for cont in continuations:
@@ -194,6 +218,7 @@ def trie_tree(root: int, continuations: Sequence[Sequence[int]], budget: int) ->
             order.append(child)
             new_parents.append(index[node])
     return DraftTree([tokens[i] for i in order], new_parents)
+    # END SOLUTION
 
 
 class ModelDrafter:
@@ -223,6 +248,7 @@ class ModelDrafter:
         """A chain of ``min(self.k, k) - siblings`` drafted tokens under ``pending`` (node 1, then
         after the siblings), and ``siblings = min(branch - 1, budget - 1)`` runners-up of the first
         row as leaves of the root (nodes 2 ..); each drafted token's q in ``probs``."""
+        # BEGIN SOLUTION
         budget = min(self.k, k)
         if budget <= 0:
             return DraftTree([int(pending)], [-1])
@@ -242,6 +268,7 @@ class ModelDrafter:
         if self.params.temperature == 0.0:
             return DraftTree(tokens, parents)
         return DraftTree(tokens, parents, [None, qs[0], *[None] * m, *qs[1:]])
+        # END SOLUTION
 
     def _read(self, text: list[int]) -> np.ndarray:
         """The draft's row after ``text``, feeding only what its cache does not hold yet."""
@@ -259,10 +286,12 @@ class ModelDrafter:
 
     def _draw(self, row: np.ndarray) -> tuple[int, np.ndarray | None]:
         """One draft token from ``row`` and the q it was drawn from (None for the argmax at T = 0)."""
+        # BEGIN SOLUTION
         if self.params.temperature == 0.0:
             return argmax(row), None
         q = distribution(row, self.params, [], [])
         return walk(q, self.rng.next_f64()), q
+        # END SOLUTION
 
     def _runners_up(self, row: np.ndarray, first: int, m: int) -> list[int]:
         """The ``m`` likeliest ids of ``row`` other than ``first``: by q, or by logit at T = 0."""
@@ -313,11 +342,13 @@ def _check_round(rows, tree: DraftTree) -> tuple[list[np.ndarray], int]:
 
 def draft_q(tree: DraftTree, node: int, vocab: int) -> np.ndarray:
     """The q node ``node``'s token was drawn from: ``probs[node]``, or one-hot when it is None."""
+    # BEGIN SOLUTION
     q = None if tree.probs is None else tree.probs[node]
     if q is None:
         q = np.zeros(vocab)
         q[int(tree.tokens[node])] = 1.0
     return np.asarray(q, dtype=np.float64)
+    # END SOLUTION
 
 
 def verify_tree(rows, tree: DraftTree, params: SamplingParams, prompt: Sequence[int],
@@ -332,6 +363,7 @@ def verify_tree(rows, tree: DraftTree, params: SamplingParams, prompt: Sequence[
     ``sample_dense(p, u_r)`` with that child's ``u_r``. At a leaf the bonus is L10.1's ``sample``
     (one draw). Penalties count ``output`` and the tokens emitted so far; logprobs as L10.8's.
     """
+    # BEGIN SOLUTION
     rows, vocab = _check_round(rows, tree)
     kids: list[list[int]] = [[] for _ in tree.parents]
     for i, p in enumerate(tree.parents[1:], 1):
@@ -363,6 +395,7 @@ def verify_tree(rows, tree: DraftTree, params: SamplingParams, prompt: Sequence[
             return TreeVerified(tokens, path, logprobs)
         path.append(nxt)
         node = nxt
+    # END SOLUTION
 
 
 # --- 2.4 Compaction --------------------------------------------------------------------------
@@ -374,6 +407,7 @@ def compact(pool: KvPool, table: list[int], start: int, path: Sequence[int]) -> 
     slot ``start + d``. ``path`` rises strictly from 0, so no slot is overwritten before it is
     read. Then L10.8's ``rollback(pool, table, start + len(path))``.
     """
+    # BEGIN SOLUTION
     path = [int(i) for i in path]
     if not path or path[0] != 0 or any(b <= a for a, b in zip(path, path[1:])):
         raise TreeError(f"path {path} must start at the root 0 and rise strictly")
@@ -386,6 +420,7 @@ def compact(pool: KvPool, table: list[int], start: int, path: Sequence[int]) -> 
     for store in (pool.k, pool.v):
         store[:, blocks[dst // bt], dst % bt] = store[:, blocks[src // bt], src % bt]
     return rollback(pool, table, start + len(path))
+    # END SOLUTION
 
 
 # --- 2.5 The generation loop -----------------------------------------------------------------
@@ -412,6 +447,7 @@ def generate_tree(target: TreeTarget, drafter: Drafter, prompt: Sequence[int], p
     round's when a stop ends it). ``drafted`` counts nodes below the root, ``accepted`` the
     accepted path's.
     """
+    # BEGIN SOLUTION
     if len(prompt) == 0:
         raise TreeError("prompt must hold at least one token")
     if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 0:
@@ -451,3 +487,4 @@ def generate_tree(target: TreeTarget, drafter: Drafter, prompt: Sequence[int], p
         if not go_on:
             break
     return out
+    # END SOLUTION

@@ -1,11 +1,14 @@
 """The sampler (L10.1): penalties, temperature, top-k, top-p, min-p, then one draw.
 
-You write this file. The order of the steps, the tie rules, the walk over the running sum and
-the logprob convention are in ``course/L10.1.md`` sections 2.2 and 2.3 and in
-``course/spec/sampling.md``. The ``SamplingParams`` fields are given; their validation is yours.
-``walk`` and ``log_softmax_at`` are yours too: L10.8's speculative decoder calls them.
+The order of the steps, the tie rules, the walk over the running sum and the logprob convention
+are in ``course/L10.1.md`` sections 2.2 and 2.3, and with every edge case in
+``course/spec/sampling.md``, the contract. Everything after the float32 logits is float64.
 """
 
+# You write this file. The SamplingParams fields are given; their validation is yours. walk and
+# log_softmax_at are yours too: L10.8's speculative decoder calls them.
+
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -13,6 +16,8 @@ import numpy as np
 
 from .pcg32 import Pcg32
 
+
+# --- 2.2 The sampler's order -----------------------------------------------------------------
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -32,9 +37,8 @@ class SamplingParams:
         Every float field must be finite; ``temperature >= 0``; ``top_k`` an int ``>= 0``;
         ``0 < top_p <= 1``; ``0 <= min_p <= 1``; ``repetition_penalty > 0``.
         """
-        raise NotImplementedError(
-            "sampling.SamplingParams.__post_init__ (L10.1): not written yet -- see course/L10.1.md "
-            "section 2.2 and course/spec/sampling.md")
+        raise NotImplementedError("sampling.SamplingParams.__post_init__ (L10.1): not written yet -- "
+                                  "see course/L10.1.md section 2.2")
 
 
 def apply_penalties(logits, params: SamplingParams, prompt: Sequence[int],
@@ -45,23 +49,14 @@ def apply_penalties(logits, params: SamplingParams, prompt: Sequence[int],
     by the penalty, a negative one multiplied. Then, for ids in the output only,
     ``logit -= presence * [count > 0] + frequency * count``. Bad logits or ids raise ValueError.
     """
-    raise NotImplementedError(
-        "sampling.apply_penalties (L10.1): not written yet -- see course/L10.1.md section 2.2 "
-        "and course/spec/sampling.md")
+    raise NotImplementedError("sampling.apply_penalties (L10.1): not written yet -- "
+                              "see course/L10.1.md section 2.2")
 
 
 def argmax(logits) -> int:
     """The id of the largest logit; ties go to the lowest id."""
-    raise NotImplementedError(
-        "sampling.argmax (L10.1): not written yet -- see course/L10.1.md section 2.2 "
-        "and course/spec/sampling.md")
-
-
-def log_softmax_at(x: np.ndarray, token: int) -> float:
-    """``x[token] - logsumexp(x)`` in float64 (``-inf`` entries carry no mass)."""
-    raise NotImplementedError(
-        "sampling.log_softmax_at (L10.1): not written yet -- see course/L10.1.md section 2.3 "
-        "and course/spec/sampling.md")
+    raise NotImplementedError("sampling.argmax (L10.1): not written yet -- "
+                              "see course/L10.1.md section 2.2")
 
 
 def distribution(logits, params: SamplingParams, prompt: Sequence[int],
@@ -72,9 +67,17 @@ def distribution(logits, params: SamplingParams, prompt: Sequence[int],
     min-p relative to the top probability, softmax in float64. Temperature 0 is the one-hot at
     the penalized argmax.
     """
-    raise NotImplementedError(
-        "sampling.distribution (L10.1): not written yet -- see course/L10.1.md section 2.2 "
-        "and course/spec/sampling.md")
+    raise NotImplementedError("sampling.distribution (L10.1): not written yet -- "
+                              "see course/L10.1.md section 2.2")
+
+
+# --- 2.3 The draw and the logprob ------------------------------------------------------------
+
+def log_softmax_at(x: np.ndarray, token: int) -> float:
+    """``x[token] - logsumexp(x)`` in float64, the sampler's logprob convention (``-inf`` entries
+    carry no mass)."""
+    raise NotImplementedError("sampling.log_softmax_at (L10.1): not written yet -- "
+                              "see course/L10.1.md section 2.3")
 
 
 def walk(p: np.ndarray, u: float) -> int:
@@ -82,9 +85,8 @@ def walk(p: np.ndarray, u: float) -> int:
 
     If rounding leaves ``u`` at or past the total, the last id with mass is taken.
     """
-    raise NotImplementedError(
-        "sampling.walk (L10.1): not written yet -- see course/L10.1.md section 2.3 "
-        "and course/spec/sampling.md")
+    raise NotImplementedError("sampling.walk (L10.1): not written yet -- "
+                              "see course/L10.1.md section 2.3")
 
 
 def sample(logits, params: SamplingParams, prompt: Sequence[int], output: Sequence[int],
@@ -92,12 +94,11 @@ def sample(logits, params: SamplingParams, prompt: Sequence[int], output: Sequen
     """Pick the next token and its logprob.
 
     Temperature 0 takes the penalized argmax and draws nothing. Otherwise one ``rng.next_f64()``
-    walks the running sum of the distribution. The logprob is the log-softmax of the penalized
-    logits (before temperature and filters) at the chosen id.
+    walks the running sum of :func:`distribution`. The logprob is the log-softmax of the
+    penalized logits (before temperature and filters) at the chosen id.
     """
-    raise NotImplementedError(
-        "sampling.sample (L10.1): not written yet -- see course/L10.1.md section 2.3 "
-        "and course/spec/sampling.md")
+    raise NotImplementedError("sampling.sample (L10.1): not written yet -- "
+                              "see course/L10.1.md section 2.3")
 
 
 def stream(seed: int) -> Pcg32:
@@ -105,6 +106,5 @@ def stream(seed: int) -> Pcg32:
 
     A seed outside ``[0, 2**64)`` raises ValueError.
     """
-    raise NotImplementedError(
-        "sampling.stream (L10.1): not written yet -- see course/L10.1.md section 2.3 "
-        "and course/spec/sampling.md")
+    raise NotImplementedError("sampling.stream (L10.1): not written yet -- "
+                              "see course/L10.1.md section 2.3")

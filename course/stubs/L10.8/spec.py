@@ -1,15 +1,15 @@
-"""Speculative decoding in the engine (L10.8) -- your file.
+"""Speculative decoding in the engine (L10.8).
 
 Draft a few tokens cheaply from the request's own context, score them all with one target
 forward pass, keep the longest prefix the verifier accepts, and give back the KV of the rest.
-Section numbers refer to the module card, ``course/L10.8.md``.
-
-Given: ``MAX_K``, ``SpecError``, ``Draft``, ``SpecConfig``'s fields and its validation
-(``__post_init__``), ``Verified``, ``Target``, ``SpecStats``, ``Generated`` and ``generate``.
-Yours: the twelve functions that raise NotImplementedError, starting with ``SpecConfig.parse``;
-write them in the order of the list at the top of the card's section 2, which describes each.
-``ol tests L10.8`` lists the tests, ``ol check L10.8`` grades them.
+Section numbers refer to the module card (``course/L10.8.md``); the functions come in the order
+its section 2 lists them, ``SpecConfig.parse`` first and ``generate_stream`` last.
 """
+
+# Given: MAX_K, SpecError, Draft, SpecConfig's fields and its validation (__post_init__), Verified,
+# Target, SpecStats, Generated and generate. Yours: the twelve functions that raise
+# NotImplementedError; write them in the order of the list at the top of the card's section 2,
+# which describes each. ol tests L10.8 lists the tests, ol check L10.8 grades them.
 
 import enum
 from dataclasses import dataclass, field
@@ -17,11 +17,10 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-# What this module uses from L10.1 (the card's "Needs" row), imported for you.
-from .kvpool import KvPool, PoolError  # noqa: F401
+# What this module uses from L10.1 (the card's "Needs" row).
+from .kvpool import KvPool, PoolError
 from .pcg32 import Pcg32
-from .sampling import (SamplingParams, apply_penalties, argmax, distribution, log_softmax_at,  # noqa: F401
-                       sample, stream, walk)
+from .sampling import SamplingParams, distribution, log_softmax_at, apply_penalties, sample, stream, walk
 
 MAX_K = 16
 
@@ -29,6 +28,8 @@ MAX_K = 16
 class SpecError(ValueError):
     """Bad input to speculative decoding, named with the offending value."""
 
+
+# --- 2.1 Drafts from the context -------------------------------------------------------------
 
 class Draft(enum.Enum):
     NONE = "none"
@@ -69,8 +70,6 @@ class SpecConfig:
                                   "see course/L10.8.md section 2.1")
 
 
-# --- 2.1 Drafts from the context -------------------------------------------------------------
-
 def prompt_lookup(ctx: Sequence[int], k: int, max_ngram: int, min_ngram: int) -> list[int]:
     """Copy what followed the most recent earlier occurrence of the context's suffix.
 
@@ -105,13 +104,14 @@ def propose(cfg: SpecConfig, ctx: Sequence[int], k: int) -> list[int]:
                               "see course/L10.8.md section 2.1")
 
 
-# --- 2.2 / 2.3 Accept or resample ------------------------------------------------------------
+# --- 2.2 One round ---------------------------------------------------------------------------
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """``normalize(max(0, p - q))``: where the mass the draft over-proposed is given back.
 
     When the sum of ``max(0, p - q)`` is exactly 0.0 (every ``p <= q``, as when ``p == q``; no
-    epsilon) the residual has no mass: return ``p / sum(p)`` then.
+    epsilon) the residual has no mass, and a rejection cannot happen in exact arithmetic: return
+    ``p / sum(p)`` then.
     """
     raise NotImplementedError("spec.residual (L10.8): not written yet -- "
                               "see course/L10.8.md section 2.2")
@@ -132,7 +132,7 @@ def speculative_step(p: np.ndarray, q: np.ndarray, x: int, u_accept: float,
     Returns ``(token, accepted)``. ``u_accept`` equal to the ratio rejects, and a token with
     ``p(x) = 0`` is never accepted. A ``q`` with ``q(x) = 0`` could not have proposed ``x``: raise
     :class:`SpecError`, as for shapes that differ, ``x`` outside the vocabulary, or a ``u``
-    outside ``[0, 1)``.
+    outside ``[0, 1)``. Section 2.3 shows why this keeps the target's distribution.
     """
     raise NotImplementedError("spec.speculative_step (L10.8): not written yet -- "
                               "see course/L10.8.md section 2.2")
@@ -201,7 +201,7 @@ def rollback(pool: KvPool, table: list[int], keep: int) -> int:
                               "see course/L10.8.md section 2.4")
 
 
-# --- The generation loop ---------------------------------------------------------------------
+# --- 2.5 The generation loop -----------------------------------------------------------------
 
 class Target(Protocol):
     """A model with a KV cache that can score several fed ids in one pass."""

@@ -1,30 +1,29 @@
-"""Draft models and token trees (L10.9) -- your file.
+"""Draft models and token trees (L10.9).
 
 A drafter proposes a tree of continuations instead of a chain; the target scores every node in
 one pass under a tree attention mask; the verifier keeps the longest accepted path (greedy) or
 runs accept-or-resample over each node's children (sampled); the accepted path's KV is moved
-into place and every other node's blocks are returned. Section numbers refer to the module card,
-``course/L10.9.md``.
-
-Given: ``DRAFT_STREAM``, ``TreeError``, ``DraftTree``, ``TreeVerified``, ``Drafter``,
-``ModelDrafter``'s constructor and its helpers ``_read``, ``_feed``, ``_runners_up`` and
-``release``, ``_check_round`` and ``TreeTarget``. Yours: the fourteen functions that raise
-NotImplementedError, starting with ``tree_depths``; write them in the order of the list at the top
-of the card's section 2, which describes each. ``ol tests L10.9`` lists the tests, ``ol check
-L10.9`` grades them.
+into place and every other node's blocks are returned. Section numbers refer to the module card
+(``course/L10.9.md``); the functions come in the order its section 2 lists them.
 """
+
+# Given: DRAFT_STREAM, TreeError, DraftTree, TreeVerified, Drafter, ModelDrafter's constructor and
+# its helpers _read, _feed, _runners_up and release, _check_round and TreeTarget. Yours: the
+# fourteen functions that raise NotImplementedError, starting with tree_depths; write them in the
+# order of the list at the top of the card's section 2, which describes each. ol tests L10.9 lists
+# the tests, ol check L10.9 grades them.
 
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+# What this module uses from L10.1 and L10.8 (the card's "Needs" row).
 from .kvpool import KvPool
 from .pcg32 import Pcg32
-# What this module uses from L10.1 and L10.8 (the card's "Needs" row), imported for you.
-from .sampling import (SamplingParams, apply_penalties, argmax, distribution, log_softmax_at, sample,  # noqa: F401
+from .sampling import (SamplingParams, apply_penalties, argmax, distribution, log_softmax_at, sample,
                        stream, walk)
-from .spec import (Generated, SpecError, SpecStats, dense_distribution, prompt_lookup, residual,  # noqa: F401
+from .spec import (Generated, SpecError, SpecStats, dense_distribution, prompt_lookup, residual,
                    rollback, sample_dense)
 
 DRAFT_STREAM = 55  # the draft model's generator: Pcg32(seed, 55), apart from the request's stream 54
