@@ -179,18 +179,18 @@ def sampled_cases(rng) -> list[dict]:
 
 def lookup_cases(rng) -> list[dict]:
     contexts = []
-    for i in range(40):  # periodic text, sometimes with a broken period at the start
+    for _ in range(40):  # periodic text, sometimes with a broken period at the start
         period = rng.integers(0, 20, size=int(rng.integers(1, 8))).tolist()
         ctx = (context(rng, 20, int(rng.integers(0, 4))) + period * 12)[:int(rng.integers(2, 40))]
         contexts.append(("periodic", ctx))
-    for i in range(50):  # long and repetitive: the first and the latest occurrence differ
+    for _ in range(50):  # long and repetitive: the first and the latest occurrence differ
         ctx = context(rng, int(rng.integers(2, 5)), int(rng.integers(40, 200)))
         contexts.append(("repetitive", ctx))
-    for i in range(25):  # all different: nothing to copy
+    for _ in range(25):  # all different: nothing to copy
         contexts.append(("no-match", rng.permutation(64)[:int(rng.integers(1, 30))].tolist()))
     for i in range(15):  # no longer than the longest suffix tried
         contexts.append(("short", context(rng, 3, i % 5)))
-    for i in range(20):  # phrases repeated at random places in noise
+    for _ in range(20):  # phrases repeated at random places in noise
         phrases = [context(rng, 50, int(rng.integers(2, 6))) for _ in range(3)]
         ctx = []
         while len(ctx) < 60:
@@ -271,20 +271,20 @@ def zero_p_cases(rng) -> list[dict]:
 
 def ngram_cases(rng) -> list[dict]:
     contexts = []
-    for i in range(25):  # periodic text, sometimes with a broken period at the start
+    for _ in range(25):  # periodic text, sometimes with a broken period at the start
         period = rng.integers(0, 12, size=int(rng.integers(1, 6))).tolist()
         contexts.append(("periodic", (context(rng, 12, int(rng.integers(0, 4))) + period * 10)
                          [:int(rng.integers(3, 30))]))
-    for i in range(30):  # repetitive over a small vocabulary: counts and ties decide
+    for _ in range(30):  # repetitive over a small vocabulary: counts and ties decide
         contexts.append(("repetitive", context(rng, int(rng.integers(2, 5)), int(rng.integers(6, 60)))))
     for i in range(15):  # a run of one repeated token, after a short head or none
         head = context(rng, 6, int(rng.integers(0, 4))) if i % 2 else []
         contexts.append(("run", head + [int(rng.integers(0, 6))] * int(rng.integers(1, 9))))
-    for i in range(15):  # all different: nothing to count
+    for _ in range(15):  # all different: nothing to count
         contexts.append(("no-match", rng.permutation(40)[:int(rng.integers(1, 20))].tolist()))
     for i in range(10):  # no longer than the longest context tried
         contexts.append(("short", context(rng, 3, i % 4)))
-    for i in range(15):  # phrases repeated at random places in noise
+    for _ in range(15):  # phrases repeated at random places in noise
         phrases = [context(rng, 30, int(rng.integers(2, 5))) for _ in range(3)]
         ctx = []
         while len(ctx) < 40:

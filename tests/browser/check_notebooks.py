@@ -347,7 +347,7 @@ def move_primary(page, outcome: Outcome) -> None:
 def save(page, lab: Lab, name: str, outcome: Outcome) -> None:
     """Save from the File menu; the saved file must hold the widget state (ol lab's default). A save
     that lands while an earlier one is still being written is tried once more."""
-    for attempt in range(2):
+    for _ in range(2):
         page.wait_for_selector(IDLE, timeout=60_000)
         before = lab.api(f"api/contents/{name}?content=0")["last_modified"]
         menu(page, "File", "Save Notebook")
