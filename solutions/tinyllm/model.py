@@ -159,7 +159,9 @@ class Weight:
         padded = _aligned_zeros((gemms * GEMM_ROWS, k))
         padded[rows] = a
         x = padded.reshape(1, gemms, GEMM_ROWS, k)
-        out = _aligned_zeros((count, gemms, GEMM_ROWS, cols))
+        # each block's gemm writes its columns of the (rows, columns) result in place: no copies after
+        result = _aligned_zeros((gemms * GEMM_ROWS, count * cols))
+        out = result.reshape(1, gemms, GEMM_ROWS, count, cols).transpose(3, 0, 1, 2, 4)[:, 0]
         # blocks outermost: a block stays in cache while every 16-row gemm of the pass uses it
         if threads == 1:
             np.matmul(x, self.blocks[:, None], out=out)
@@ -167,8 +169,7 @@ class Weight:
             cuts = np.linspace(0, count, threads + 1).astype(int).tolist()
             list(workers.map(lambda lo, hi: np.matmul(x, self.blocks[lo:hi, None], out=out[lo:hi]),
                              cuts[:-1], cuts[1:]))
-        out = out.reshape(count, gemms * GEMM_ROWS, cols)[:, rows]
-        return out.transpose(1, 0, 2).reshape(len(rows), -1)[:, :self.matrix.shape[1]]
+        return result[rows, :self.matrix.shape[1]]
 
 
 def _aligned_zeros(shape: tuple[int, ...]) -> np.ndarray:
@@ -306,9 +307,10 @@ class TinyLlama:
             if id(tables[j]) not in as_tuple:
                 as_tuple[id(tables[j])] = tuple(int(b) for b in tables[j])
             groups.setdefault(as_tuple[id(tables[j])][:nb], []).append(j)
-        blocks = np.array([tables[j][int(pos[j]) // bt] for j in range(n)], dtype=np.int64)
+        blocks = np.array([b for table in groups for b in table], dtype=np.int64)
         if blocks.min() < 0 or blocks.max() >= pool.num_blocks:
             raise ValueError(f"block ids must be in [0, {pool.num_blocks}), got {blocks.min()}..{blocks.max()}")
+        blocks = np.array([tables[j][int(pos[j]) // bt] for j in range(n)], dtype=np.int64)
         slots = pos % bt
         keep = np.ones(n, dtype=bool) if write is None else np.asarray(write, dtype=bool)
         group = c.n_heads // c.n_kv_heads
@@ -428,10 +430,7 @@ class TinyLlama:
         cos, sin = cos[pos][:, None, :], sin[pos][:, None, :]
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
         at = gemm_rows((pos % GEMM_ROWS).tolist())
-        bt, group = pool.block_tokens, nh // nkv
-        # per attention group, the slots past each (row, query head)'s position: the same in every layer
-        future = [np.repeat(np.arange(len(table) * bt)[None, :] > pos[rows][:, None], group, axis=0)
-                  for rows, table, *_ in plan]
+        groups = [self._attention_group(pool, pos[entry[0]], *entry) for entry in plan]
         x = self.weights["tok_emb"][ids]
         for layer, w in enumerate(self._layers):
             qkv = self._matmul(rmsnorm(x, w["attn_norm"], c.norm_eps), w["wqkv"], at)
@@ -442,9 +441,8 @@ class TinyLlama:
             pool.v[layer, blocks, slots] = v[keep]
             q = q * np.float32(hd ** -0.5)
             att = np.empty((n, nh * hd), dtype=np.float32)
-            for (rows, table, moved_to, from_blocks, from_slots, att_at), masked in zip(plan, future):
-                att[rows] = self._attend(pool, layer, q[rows], table, (moved_to, from_blocks, from_slots),
-                                         masked, att_at)
+            for group in groups:
+                att[group.rows] = self._attend(pool, layer, q[group.rows], group)
             x = x + self._matmul(att, w["wo"], at)
             gate_up = self._matmul(rmsnorm(x, w["mlp_norm"], c.norm_eps), w["w_gate_up"], at)
             x = x + self._matmul(silu(gate_up[:, :c.hidden]) * gate_up[:, c.hidden:], w["w_down"], at)
@@ -459,38 +457,82 @@ class TinyLlama:
             return b.blocks_matmul(a, rows, self.threads, self._workers[1])
         return matmul(a, b, rows) if self.batch_invariant else a @ b
 
-    def _attend(self, pool: KvPool, layer: int, q: np.ndarray, table: list[int], moves: tuple,
-                future: np.ndarray, at: np.ndarray) -> np.ndarray:
+    def _attention_group(self, pool: KvPool, pos: np.ndarray, rows: np.ndarray, table: list[int],
+                         moved_to: np.ndarray, from_blocks: np.ndarray, from_slots: np.ndarray,
+                         at: np.ndarray) -> "_Group":
+        """The gemm layout and the buffers of one attention group, made once a pass: every layer
+        refills them (fresh buffers of this size each layer cost the kernel page faults)."""
+        c = self.config
+        nkv, hd, group = c.n_kv_heads, c.head_dim, c.n_heads // c.n_kv_heads
+        bt = pool.block_tokens
+        span = len(table) * bt
+        if self.batch_invariant:
+            gemms, size = int(at.max()) // GEMM_ROWS + 1, GEMM_ROWS
+        else:
+            gemms, size, at = 1, len(rows) * group, np.arange(len(rows) * group)
+        # The slots past each (row, query head)'s position, at its gemm row; free rows see every
+        # slot (their scores are zeros: no -inf row, no NaN).
+        future = np.zeros((gemms * size, span), dtype=bool)
+        future[at] = np.repeat(np.arange(span)[None, :] > pos[:, None], group, axis=0)
+        return _Group(rows, np.array(table, dtype=np.int64), (moved_to, from_blocks, from_slots), at,
+                      future.reshape(gemms, size, span),
+                      _aligned_zeros((nkv, gemms, size, hd)),
+                      _aligned_zeros((len(table), bt, nkv, hd)), _aligned_zeros((len(table), bt, nkv, hd)),
+                      _aligned_zeros((nkv, 1, hd, span)), _aligned_zeros((nkv, 1, span, hd)),
+                      _aligned_zeros((nkv, gemms, size, span)), _aligned_zeros((nkv, gemms, size, hd)))
+
+    def _attend(self, pool: KvPool, layer: int, q: np.ndarray, grp: "_Group") -> np.ndarray:
         """Causal attention of ``g`` rows of one table over every slot of its blocks.
 
-        ``moves = (to, blocks, slots)``: the K/V stored at ``(blocks[i], slots[i])`` is read as if
-        it sat at position ``to[i]`` (a tree path's nodes at their positions); ``future`` marks, for
-        each (row, query head in group), the slots past the row's position; ``at`` places each
-        (row, query head in group) in the score and mix gemms (:func:`gemm_rows`).
+        ``grp.moves = (to, blocks, slots)``: the K/V stored at ``(blocks[i], slots[i])`` is read as
+        if it sat at position ``to[i]`` (a tree path's nodes at their positions). Each (row, query
+        head in group) sits at gemm row ``grp.at`` (:func:`gemm_rows`) of the score and mix gemms,
+        whose other operand is one K/V head, contiguous: ``keys`` (hd, span), ``values`` (span, hd).
         """
         c = self.config
         g, nkv, hd = q.shape[0], c.n_kv_heads, c.head_dim
         group = c.n_heads // nkv
         bt = pool.block_tokens
-        span = len(table) * bt
-        k, v = _aligned_zeros((len(table), bt, nkv, hd)), _aligned_zeros((len(table), bt, nkv, hd))
-        np.take(pool.k[layer], table, axis=0, out=k)
-        np.take(pool.v[layer], table, axis=0, out=v)
-        to, blocks, slots = moves
+        k, v = grp.k, grp.v
+        # the table's ids were checked when the pass was planned: clip never clips
+        pool.k[layer].take(grp.table, axis=0, out=k, mode="clip")
+        pool.v[layer].take(grp.table, axis=0, out=v, mode="clip")
+        to, blocks, slots = grp.moves
         if to.size:
             k[to // bt, to % bt] = pool.k[layer, blocks, slots]
             v[to // bt, to % bt] = pool.v[layer, blocks, slots]
-        keys = k.reshape(span, nkv, hd).transpose(1, 2, 0)     # (nkv, hd, span)
-        values = v.reshape(span, nkv, hd).transpose(1, 0, 2)   # (nkv, span, hd)
+        span = grp.keys.shape[-1]
+        np.copyto(grp.keys[:, 0], k.reshape(span, nkv, hd).transpose(1, 2, 0))
+        np.copyto(grp.values[:, 0], v.reshape(span, nkv, hd).transpose(1, 0, 2))
         # Query head h reads K/V head h // group; rows of one K/V head are (row, head in group).
-        qh = q.reshape(g, nkv, group, hd).transpose(1, 0, 2, 3).reshape(nkv, g * group, hd)
-        scores = self._matmul(qh, keys, at)
-        np.copyto(scores, np.float32(-np.inf), where=future)
+        gemms, size = grp.q.shape[1:3]
+        grp.q.reshape(nkv, gemms * size, hd)[:, grp.at] = (
+            q.reshape(g, nkv, group, hd).transpose(1, 0, 2, 3).reshape(nkv, g * group, hd))
+        scores = np.matmul(grp.q, grp.keys, out=grp.scores)
+        np.copyto(scores, np.float32(-np.inf), where=grp.future)
         scores -= scores.max(axis=-1, keepdims=True)
         probs = np.exp(scores, out=scores)
         probs /= probs.sum(axis=-1, keepdims=True)
-        out = self._matmul(probs, values, at)
+        out = np.matmul(probs, grp.values, out=grp.out).reshape(nkv, gemms * size, hd)[:, grp.at]
         return out.reshape(nkv, g, group, hd).transpose(1, 0, 2, 3).reshape(g, nkv * group * hd)
+
+
+@dataclass
+class _Group:
+    """One attention group of a pass (:meth:`TinyLlama._attention_group`)."""
+
+    rows: np.ndarray
+    table: np.ndarray
+    moves: tuple
+    at: np.ndarray
+    future: np.ndarray
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    keys: np.ndarray
+    values: np.ndarray
+    scores: np.ndarray
+    out: np.ndarray
 
 
 def _attention_rows(positions: np.ndarray, group: int) -> np.ndarray:
