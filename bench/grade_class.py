@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.catalog import load_catalog  # noqa: E402
-from grader.grade import json_names  # noqa: E402
-from grader.mutants import apply_patch  # noqa: E402
+from grader.commands.grade import json_names  # noqa: E402
+from grader.core.patch import apply_patch  # noqa: E402
+from grader.layout.catalog import load_catalog  # noqa: E402
 
 HANGS = [
     "\n\ndef prompt_lookup(*args, **kwargs):\n    while True:\n        pass\n",
@@ -37,7 +37,7 @@ HANGS = [
 ]
 HANG_AT_IMPORT = "while True:\n    pass\n"
 ATTACKS = [
-    ("import os, sys\nr = sys.modules.get('grader.recorder')\nif r is not None and r._fd >= 0:\n"
+    ("import os, sys\nr = sys.modules.get('grader.child.recorder')\nif r is not None and r._fd >= 0:\n"
      "    r._send({'event': 'collected', 'tests': []})\n    r._send({'event': 'end', 'exitstatus': 0})\n    os._exit(0)\n"),
     "import sys\nsys.exit(0)\n",
     "print('20 of 20 tests passed')\nimport os\nos._exit(0)\n",

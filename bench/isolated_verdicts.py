@@ -19,11 +19,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader import isolation, sandbox  # noqa: E402
-from grader.assemble import Source  # noqa: E402
-from grader.catalog import Catalog, Module, Pitfall, load_catalog  # noqa: E402
-from grader.mutants import apply_patch  # noqa: E402
-from grader.run import run_suite  # noqa: E402
+from grader.core import sandbox  # noqa: E402
+from grader.running import isolate  # noqa: E402
+from grader.core.patch import apply_patch  # noqa: E402
+from grader.layout.assemble import Source  # noqa: E402
+from grader.layout.catalog import Catalog, Module, Pitfall, load_catalog  # noqa: E402
+from grader.running.run import run_suite  # noqa: E402
 
 
 def verdicts(catalog: Catalog, module: Module, pitfall: Pitfall | None, box: sandbox.Sandbox) -> tuple[dict, dict, float]:
@@ -39,7 +40,7 @@ def verdicts(catalog: Catalog, module: Module, pitfall: Pitfall | None, box: san
         plain = run_suite(module, package.parent)
         sources = [Source(f.name, f, "learner" if f.name in module.learner_files else "reference", "")
                    for f in sorted(package.glob("*.py"))]
-        impl, env = isolation.prepare(sources, Path(tmp) / "isolated", box)
+        impl, env = isolate.prepare(sources, Path(tmp) / "isolated", box)
         started = time.monotonic()
         isolated = run_suite(module, impl, sandbox=box, env=env)
         return ({n: o.status for n, o in plain.outcomes.items()}, {n: o.status for n, o in isolated.outcomes.items()},

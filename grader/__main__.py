@@ -1,4 +1,4 @@
-"""``python -m grader``: the same as the ``ol`` command."""
+"""Entry point of ol itself: ``python -m grader``, the same as the ``ol`` command."""
 
 import sys
 

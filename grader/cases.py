@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from grader.core.protocol import ANSWERS_ENV  # ol check sets it: where check() leaves each test's answers
+
 FLOAT_TOLERANCE = 1e-9
 MESSAGE_LIMIT = 1800
 CALL_LIMIT = 600
@@ -32,7 +34,6 @@ ANSWER_LIMIT = 400   # an answer's line; the message keeps room for where they p
 ANSWER_CLIPPED = " ... (ol diff -k TEST shows it whole)"
 
 LAW_P_VALUE = 1e-4
-ANSWERS_ENV = "OL_ANSWERS_DIR"   # set by ol check: where check() leaves each test's answers for the diagnosis
 
 Answer = Any
 Judge = Callable[[Answer, Any], "str | None"]

@@ -8,13 +8,14 @@ import signal
 import sys
 import traceback
 
-from grader.errors import OlError
+from grader.core.errors import OlError
 
 DESCRIPTION = """ol grades the course's modules.
 
 Learner:    ol list; ol start L10.8; ol tests L10.8; ol check L10.8 [--ref-deps]; ol diff L10.8
             ol lab (the chapter notebooks in JupyterLab, running your workspace)
 Instructor: ol mutants L10.8 (every named pitfall must be caught by its named test)
+            ol stubs (course/stubs/ written from the reference's # BEGIN SOLUTION markers)
 
 The workspace is the folder holding your tinyllm/ package: the current folder, or --workspace DIR,
 or the OL_WORKSPACE environment variable."""
@@ -94,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     shell.add_argument("--ref-deps", action="store_true", help="take the modules this one needs from the reference")
     shell.add_argument("-c", dest="command", metavar="CODE", help="run CODE instead of an interactive prompt")
 
+    stubs = verbs.add_parser("stubs", help="for instructors: write course/stubs/ from the reference's markers",
+                             description="Write each learner file's stub from solutions/tinyllm/: the bodies between "
+                                         "# BEGIN SOLUTION and # END SOLUTION become a NotImplementedError naming the "
+                                         "card section (grader/layout/stubs.py states the markers).")
+    stubs.add_argument("module", nargs="?", default="all", help="a module id, or 'all' (the default)")
+    stubs.add_argument("--check", action="store_true", help="write nothing; exit 1 if a stub is not what the reference makes")
+
     mutants = verbs.add_parser("mutants", help="for instructors: prove each named pitfall is caught by its named test",
                                description="Apply each named pitfall's mutant to a copy of the reference, run the graded "
                                            "suite, and print the kill matrix. Exit 1 if a mutant survives or escapes its named test.")
@@ -128,34 +136,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 def dispatch(args: argparse.Namespace) -> int:
     if args.verb == "list":
-        from grader.listing import list_modules
+        from grader.commands.list import list_modules
         return list_modules(args.workspace)
     if args.verb == "start":
-        from grader.start import start
+        from grader.commands.start import start
         return start(args.module, args.workspace, args.force)
     if args.verb == "tests":
-        from grader.tests_table import show_tests
+        from grader.commands.tests import show_tests
         return show_tests(args.module)
     if args.verb == "check":
-        from grader.check import check
+        from grader.commands.check import check
         return check(args.module, args.workspace, args.ref_deps, args.keyword, args.timeout, args.json_path,
                      args.verbose, args.isolate)
     if args.verb == "shell":
-        from grader.shell import shell
+        from grader.commands.shell import shell
         return shell(args.module, args.workspace, args.ref_deps, args.command)
     if args.verb == "diff":
-        from grader.diff import diff
+        from grader.commands.diff import diff
         return diff(args.module, args.workspace, args.ref_deps, args.cases, args.keyword)
     if args.verb == "lab":
-        from grader.lab import lab
+        from grader.commands.lab import lab
         return lab(args.workspace, args.jupyter_args, args.dry_run)
     if args.verb == "grade":
-        from grader.grade import grade
+        from grader.commands.grade import grade
         return grade(args.module, args.submissions, args.jobs, args.out, args.timeout, args.limit, args.unsandboxed)
     if args.verb == "export":
-        from grader.export import export
+        from grader.commands.export import export
         return export(args.platform, args.module, args.out, args.timeout, args.limit, not args.no_hints)
-    from grader.mutants import mutants
+    if args.verb == "stubs":
+        from grader.commands.stubs import stubs
+        return stubs(args.module, args.check)
+    from grader.commands.mutants import mutants
     return mutants(args.module, args.jobs)
 
 
@@ -178,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
-        run = sys.modules.get("grader.run")    # imported by the verbs that start test processes
+        run = sys.modules.get("grader.running.run")    # imported by the verbs that start test processes
         if run is not None:
             run.stop_all()
         print("ol: interrupted", file=sys.stderr)

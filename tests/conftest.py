@@ -53,7 +53,7 @@ def counting_rng():
 def sandboxed():
     """For tests of grading (ol grade, the exports): skip where bubblewrap cannot run learner code,
     or fail there when ``TINYLLM_REQUIRE_SANDBOX=1`` (set by ``.ci/run``, which installs it)."""
-    from grader.sandbox import why_not_contained
+    from grader.core.sandbox import why_not_contained
 
     why = why_not_contained()
     if why is not None:

@@ -26,7 +26,7 @@ SUBMISSIONS = {
     "failing": SPEC.replace("begin = int(hits[-1]) + n", "begin = int(hits[0]) + n"),
     # SpecConfig.parse never returns: one test times out, the others pass.
     "hanging": SPEC.replace("        names = [d.value for d in Draft]\n", "        while True:\n            pass\n"),
-    "hostile": ("import sys, os\nr = sys.modules.get('grader.recorder')\nif r is not None:\n"
+    "hostile": ("import sys, os\nr = sys.modules.get('grader.child.recorder')\nif r is not None:\n"
                 "    r._send({'event': 'collected', 'tests': []})\n    r._send({'event': 'end', 'exitstatus': 0})\n"
                 "print('All tests passed')\nos._exit(0)\n" + STUB),
 }
@@ -119,7 +119,7 @@ def test_prairielearn_grader(tmp_path):
     folder = tmp_path / "tests"
     made = ol("export", "prairielearn", "L10.8", *OPTIONS, "--out", str(folder))
     assert made.code == 0, made.text
-    assert os.access(folder / "run.sh", os.X_OK) and (folder / "ol" / "grader" / "export.py").is_file()
+    assert os.access(folder / "run.sh", os.X_OK) and (folder / "ol" / "grader" / "verdict" / "platform.py").is_file()
     base = tmp_path / "grade"
     scores = {}
     for kind in ("failing", "hostile", "passing"):

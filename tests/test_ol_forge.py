@@ -20,7 +20,7 @@ MARKER = "ol-forge-test-daemon-41c9"
 # The attack of issue 14: the recorder's own _send, forged records for every test, then a clean exit.
 FORGE_RECORDS = '''
 import os, sys
-_recorder = sys.modules.get("grader.recorder")
+_recorder = sys.modules.get("grader.child.recorder")
 if _recorder is not None and _recorder._fd >= 0:
     import re
     _suite = [m for m in sys.modules.values() if getattr(m, "__file__", "") and m.__file__.endswith("test_l10_8.py")]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from ol_helpers import REFERENCE, ROOT, daemons_left, ol
 
-from grader.grade import json_names, per_test_timeouts
+from grader.commands.grade import json_names, per_test_timeouts
 
 pytestmark = pytest.mark.usefixtures("sandboxed")  # every test here grades: bubblewrap
 

@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 from ol_helpers import REFERENCE, ol
 
-from grader import export, sandbox
-from grader.catalog import load_catalog
-from grader.grade import Graded, _unique_names, cell, json_names
+from grader.commands.grade import _unique_names, json_names
+from grader.core import sandbox
+from grader.core.text import cell
+from grader.layout.catalog import load_catalog
+from grader.running.grading import Graded
+from grader.verdict import platform
 
 CORRECT = (REFERENCE / "spec.py").read_bytes()
 FORMULA = "=2+5+cmd|' -C calc'!A0"
@@ -163,15 +166,15 @@ def test_platform_results_survive_bytes_that_are_not_utf8(tmp_path, monkeypatch)
     message = "the suite could not be imported: bad \udcff bytes"
     results = {"version": 3, "status": "error", "message": message, "tests": [], "score": 0.0,
                "max_score": 20.0, "hint": ""}
-    monkeypatch.setattr(export, "grade_in_worker", lambda *args: Graded("submission", results, 1.0))
-    monkeypatch.setattr(export, "claim", lambda **_: sandbox.Sandbox())
+    monkeypatch.setattr(platform, "grade_in_worker", lambda *args: Graded("submission", results, 1.0))
+    monkeypatch.setattr(platform, "claim", lambda **_: sandbox.Sandbox())
     config = tmp_path / "ol-export.json"
     config.write_text(json.dumps({"module": "L10.8", "timeout": None, "limit": 20.0, "hints": False}))
     module = load_catalog().get("L10.8")
-    for platform, variable in (("gradescope", "OL_AUTOGRADER_DIR"), ("prairielearn", "OL_GRADE_DIR")):
-        base = tmp_path / platform
+    for name, variable in (("gradescope", "OL_AUTOGRADER_DIR"), ("prairielearn", "OL_GRADE_DIR")):
+        base = tmp_path / name
         monkeypatch.setenv(variable, str(base))
-        assert export.run_platform(platform, config) == 0
+        assert platform.run_platform(name, config) == 0
         text = (base / "results" / "results.json").read_bytes().decode("utf-8")
         assert "\\ud" not in text.lower() and "bad \\\\xff bytes" in text, text[:500]
         written = json.loads(text)

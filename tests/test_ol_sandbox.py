@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from ol_helpers import REFERENCE, ROOT, ol
 
-from grader import isolation, sandbox
+from grader.child import judge
+from grader.core import sandbox
 
 pytestmark = pytest.mark.usefixtures("sandboxed")
 
@@ -184,7 +185,7 @@ for _folder in _found:
 # overwrite the fake target's record of what it was fed.
 JUDGE_WRITES = '''
 import sys as _sys
-_server = _sys.modules.get("grader.learner_server") or _sys.modules.get("__main__")
+_server = _sys.modules.get("grader.child.learner_server") or _sys.modules.get("__main__")
 if _server is not None and hasattr(_server, "_after"):
     _real_after = _server._after
     def _forged_after(args, kwargs, before):
@@ -325,21 +326,21 @@ def test_the_judge_changes_no_object_of_its_own_for_the_learner():
             return 3
 
     fake = Fake()
-    number = isolation.JUDGE_OBJECTS.number(fake)
-    service = isolation.JudgeService()
-    refused = [isolation.pickle.loads(service.exposed_callback(number, op, json.dumps(args)))
+    number = judge.JUDGE_OBJECTS.number(fake)
+    service = judge.JudgeService()
+    refused = [judge.pickle.loads(service.exposed_callback(number, op, json.dumps(args)))
                for op, args in (("getattr", ["fed_positions"]), ("setattr", ["fed_positions", []]),
                                 ("call", ["__init__", [], {}]), ("call", ["fed_positions", [], {}]))]
     assert all(reply[0] == "raise" for reply in refused), refused
-    assert isolation.pickle.loads(service.exposed_callback(number, "getattr", json.dumps(["cached"]))) == ("method", True)
-    isolation._copy_back(fake, {"$state": {"$d": [["fed_positions", []]]}})
+    assert judge.pickle.loads(service.exposed_callback(number, "getattr", json.dumps(["cached"]))) == ("method", True)
+    judge._copy_back(fake, {"$state": {"$d": [["fed_positions", []]]}})
     assert fake.fed_positions == [1, 2, 3]
     sent = [1, 2]
-    isolation._copy_back(sent, [3])
+    judge._copy_back(sent, [3])
     assert sent == [3]
     # An object of the learner's would answer its own length and items: not copied into the judge's list.
-    handle = object.__new__(isolation.Handle)
-    assert not isolation._plain([handle]) and isolation._plain([1, (2.0, "x"), {"k": None}])
+    handle = object.__new__(judge.Handle)
+    assert not judge._plain([handle]) and judge._plain([1, (2.0, "x"), {"k": None}])
 
 
 def _ol_cgroups() -> list[str]:

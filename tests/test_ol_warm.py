@@ -21,7 +21,7 @@ def test_start_launches_a_warmer_that_yields_to_one_already_running(tmp_path):
         assert ran.code == 0, ran.text
         assert "computing the named pitfalls' answers in the background" in ran.out
         started = time.monotonic()
-        second = subprocess.run([sys.executable, "-m", "grader.warm", "L10.8"], cwd=ROOT, capture_output=True,
+        second = subprocess.run([sys.executable, "-m", "grader.verdict.warm", "L10.8"], cwd=ROOT, capture_output=True,
                                 text=True, env={"OL_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin",
                                                 "PYTHONPATH": str(ROOT)}, timeout=60)
         assert second.returncode == 0, second.stderr

@@ -11,8 +11,10 @@ import os
 import sys
 from pathlib import Path
 
+from grader.core.protocol import IMPL_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
-IMPL = Path(os.environ.get("OL_IMPL", ROOT / "solutions")).resolve()
+IMPL = Path(os.environ.get(IMPL_ENV, ROOT / "solutions")).resolve()
 sys.path.insert(0, str(IMPL))
 
 FIXTURES = ROOT / "fixtures"

@@ -1,6 +1,6 @@
-"""Compute a graded suite's case answers over ``tinyllm`` packages, in a process of its own.
+"""Entry point of a diagnosis's worker process: a graded suite's case answers over ``tinyllm`` packages.
 
-    python -m grader.case_worker SUITE JOBS
+    python -m grader.child.case_worker SUITE JOBS
 
 ``SUITE`` is a graded test file; ``JOBS`` a JSON file listing packages, each
 ``{"impl": folder holding tinyllm/, "out": JSON file to write, "tests": [...], "trace": bool}``.
@@ -25,6 +25,8 @@ import json
 import os
 import sys
 from pathlib import Path
+
+from grader.core.protocol import IMPL_ENV
 
 STUB = "stub"
 
@@ -106,7 +108,7 @@ def run_jobs(suite: Path, jobs: list[dict]) -> None:
     previous = None
     for job in jobs:
         _unload(suite, previous)
-        os.environ["OL_IMPL"] = job["impl"]
+        os.environ[IMPL_ENV] = job["impl"]
         previous = job["impl"]
         result = answers(suite, job["tests"], Path(job["impl"]) if job.get("trace") else None)
         tmp = Path(f"{job['out']}.{os.getpid()}.tmp")

@@ -1,9 +1,10 @@
-"""Isolated checks: the learner's code never shares a process with what decides pass or fail.
+"""Entry point of an isolated check's judge, loaded as ``-p grader.child.judge`` (and by each stand-in
+module): the learner's code never shares a process with what decides pass or fail.
 
 In an isolated check the graded suite runs in the *judge* (the pytest process with ol's recorder,
 as in any check), but ``tinyllm.<file>`` for each file the learner wrote is a stand-in: every
-call into it goes over RPyC to the *learner process* (:mod:`grader.learner_server`), which alone
-imports the learner's package, runs inside a :class:`~grader.sandbox.Sandbox` (bubblewrap, a
+call into it goes over RPyC to the *learner process* (:mod:`grader.child.learner_server`), which alone
+imports the learner's package, runs inside a :class:`~grader.core.sandbox.Sandbox` (bubblewrap, a
 cgroup where the machine has them), and sends back only data. The cases, their expected answers and the judging stay in
 the judge, built from the suite, the fixtures and the reference's given files; the learner's
 process sees the arguments of each call and nothing else of the suite, and has no way to the
@@ -33,7 +34,6 @@ import io
 import json
 import os
 import pickle
-import shutil
 import socket
 import subprocess
 import sys
@@ -45,19 +45,10 @@ import numpy as np
 import rpyc
 from rpyc.core.stream import SocketStream
 
-from grader import learner_server
-from grader.learner_server import (NUMERIC_KINDS, RPC_CONFIG, RPC_FD_ENV, SCALARS, Objects, builtin_base, kept,
-                                   rebuild, resolve)
-from grader.sandbox import Sandbox, hide_memory, tree_cpu_seconds
+from grader.child.learner_server import NUMERIC_KINDS, RPC_CONFIG, SCALARS, Objects, builtin_base, kept, rebuild, resolve
+from grader.core.protocol import CHECK_CPU_ENV, IMPL_ENV, LEARNER_IMPL_ENV, LEARNER_SANDBOX_ENV, LEARNER_SERVER, RPC_FD_ENV, TEST_TIMEOUT_ENV, TEST_TIMEOUTS_ENV, WALL_FACTOR
+from grader.core.sandbox import Sandbox, hide_memory, tree_cpu_seconds
 
-LEARNER_IMPL_ENV = "OL_LEARNER_IMPL"
-LEARNER_SANDBOX_ENV = "OL_LEARNER_SANDBOX"
-SERVER = "ol_learner_server.py"
-PROXY = '''"""The learner's tinyllm/{name}, running in a process of its own (grader.isolation)."""
-from grader.isolation import bind_module
-
-bind_module(__name__, globals())
-'''
 MAX_DEPTH = 200
 
 
@@ -70,31 +61,6 @@ class LearnerTimedOut(BaseException):
     it for an answer: the test ends there, and the next starts with a fresh learner's process."""
 
     says_it_all = True
-
-
-# --- ol's side: lay out the two packages ---------------------------------------------------------
-
-def prepare(sources, root: Path, box: Sandbox) -> tuple[Path, dict[str, str]]:
-    """Lay out the learner's package (all of ``sources``) and the judge's (the reference's files as
-    they are, stand-ins for the learner's) under ``root``; return the judge's ``OL_IMPL`` and the
-    environment the judge needs to start the learner's process."""
-    from grader import assemble
-
-    learner = assemble.build(sources, root / "learner")
-    shutil.copyfile(Path(learner_server.__file__), learner / SERVER)
-    # What the server imports of ol: beside it, since nothing of ol's own folder is in the sandbox.
-    (learner / "grader").mkdir()
-    for name in ("__init__.py", "protocol.py"):
-        shutil.copyfile(Path(learner_server.__file__).parent / name, learner / "grader" / name)
-    judge = root / "judge" / "tinyllm"
-    judge.mkdir(parents=True)
-    judge.parent.chmod(0o700)
-    for source in sources:
-        if source.origin == "reference":
-            shutil.copyfile(source.path, judge / source.name)
-        else:
-            (judge / source.name).write_text(PROXY.format(name=source.name))
-    return judge.parent, {LEARNER_IMPL_ENV: str(learner), LEARNER_SANDBOX_ENV: box.to_env()}
 
 
 # --- the judge's side -------------------------------------------------------------------------------
@@ -111,11 +77,11 @@ class _Session:
         impl = os.environ[LEARNER_IMPL_ENV]
         box = Sandbox.from_env(os.environ.get(LEARNER_SANDBOX_ENV, ""))
         mine, theirs = socket.socketpair()
-        env = {"PATH": "/usr/bin:/bin", "HOME": impl, "OL_IMPL": impl,
+        env = {"PATH": "/usr/bin:/bin", "HOME": impl, IMPL_ENV: impl,
                RPC_FD_ENV: str(theirs.fileno()), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         check_cpu = os.environ.get(CHECK_CPU_ENV)
-        self.process = box.learner_process([sys.executable, "-B", "-s", str(Path(impl) / SERVER)], Path(impl), env,
+        self.process = box.learner_process([sys.executable, "-B", "-s", str(Path(impl) / LEARNER_SERVER)], Path(impl), env,
                                            theirs.fileno(), float(check_cpu) + STARTUP if check_cpu else None)
         theirs.close()
         self.conn = rpyc.connect_stream(SocketStream(mine), service=JudgeService, config=dict(RPC_CONFIG))
@@ -183,10 +149,6 @@ def _session() -> _Session:
 # not stretch), and by a wall-clock bound WALL_FACTOR times longer for code that sleeps or waits.
 # The whole check is bounded by the CPU time they use in all.
 
-TEST_TIMEOUT_ENV = "OL_TEST_TIMEOUT"      # CPU seconds a test may take (ol's run sets it)
-TEST_TIMEOUTS_ENV = "OL_TEST_TIMEOUTS"    # optional JSON {test name: CPU seconds}, overriding it per test
-CHECK_CPU_ENV = "OL_CHECK_CPU"            # optional CPU seconds for the whole check
-WALL_FACTOR = 2.0
 STARTUP = 60.0                            # seconds for the learner's process to start (no learner code yet)
 SLICE = 0.25                              # how often a wait looks at the clocks
 CHECK_SPENT = "timed out: the whole check used its {seconds:g} s of CPU time"
@@ -199,11 +161,6 @@ _CHECK_OVER: str | None = None            # why the code under test is called no
 # instead of costing its test's whole time again (the check of a submission that hangs in one
 # function stays short; the function must be fixed anyway).
 _HUNG: dict[str, str] = {}
-
-
-def check_wall(cpu: float) -> float:
-    """The wall-clock bound of a whole check whose learner code may use ``cpu`` seconds of CPU."""
-    return WALL_FACTOR * cpu
 
 
 def test_timeout(name: str | None = None) -> float | None:
@@ -282,7 +239,7 @@ def _timed_out(session: "_Session", why: str, function: str | None) -> LearnerTi
 
 
 def pytest_configure(config) -> None:
-    """Start the learner's process while pytest collects (``-p grader.isolation`` in an isolated check)."""
+    """Start the learner's process while pytest collects (``-p grader.child.judge`` in an isolated check)."""
     if LEARNER_IMPL_ENV in os.environ:
         _session()
 

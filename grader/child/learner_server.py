@@ -1,8 +1,9 @@
-"""The learner's side of an isolated check: their ``tinyllm`` package, served over RPyC to the judge.
+"""Entry point of the learner's process in an isolated check (copied beside the learner's package as
+``ol_learner_server.py`` and run as a script): their ``tinyllm`` package, served over RPyC to the judge.
 
     python -B learner_server.py        (OL_IMPL: the folder holding tinyllm/, OL_RPC_FD: the socket)
 
-In an isolated check (:mod:`grader.isolation`) the graded suite runs in the judge, a process the
+In an isolated check (:mod:`grader.child.judge`) the graded suite runs in the judge, a process the
 learner's code never enters; each call the suite makes into ``tinyllm.<learner file>`` is sent
 here, run, and its result sent back as data. This file is the only code of ol that shares a
 process with the learner's, and it decides nothing: it imports what the judge names, calls it,
@@ -41,9 +42,8 @@ import numpy as np
 import rpyc
 from rpyc.core.stream import SocketStream
 
-from grader.protocol import where_in_package
+from grader.core.protocol import IMPL_ENV, RPC_FD_ENV, where_in_package
 
-RPC_FD_ENV = "OL_RPC_FD"
 MESSAGE_LIMIT = 2000
 # rpyc's options for a peer that is not trusted: no attribute access, no pickles, no custom
 # exceptions built from the wire; only the ``exposed_`` methods of each side's service.
@@ -99,7 +99,7 @@ def encode(value, depth: int = 0):
         return {"$e": [cls.__module__, cls.__qualname__, value.name]}
     if isinstance(value, np.ndarray) and value.dtype.kind in NUMERIC_KINDS:
         data = np.ascontiguousarray(value)
-        return {"$a": data.dtype.str, "shape": list(data.shape), "data": base64.b64encode(data.tobytes()).decode()}
+        return {"$a": data.dtype.str, "shape": list(value.shape), "data": base64.b64encode(data.tobytes()).decode()}
     if isinstance(value, np.generic) and value.dtype.kind in NUMERIC_KINDS:
         return {"$s": value.dtype.str, "v": value.item() if value.dtype.kind != "c" else [value.real, value.imag]}
     if isinstance(value, list):
@@ -263,7 +263,7 @@ class _Unpickler(pickle.Unpickler):
         return _JUDGE_REFS[ref]
 
     def find_class(self, module: str, name: str):
-        if module in ("grader.learner_server", "__main__"):
+        if module in ("grader.child.learner_server", "__main__"):
             return {"rebuild": rebuild, "kept": kept, "resolve": resolve}[name]
         return super().find_class(module, name)
 
@@ -457,7 +457,7 @@ def _map(spec, calls: list) -> dict:
 
 def main() -> int:
     global _CONNECTION
-    impl = os.environ.pop("OL_IMPL")
+    impl = os.environ.pop(IMPL_ENV)
     fd = int(os.environ.pop(RPC_FD_ENV))
     sys.path.insert(0, impl)
     sock = socket.socket(fileno=fd)
@@ -470,5 +470,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.modules.setdefault("grader.learner_server", sys.modules[__name__])
+    sys.modules.setdefault("grader.child.learner_server", sys.modules[__name__])
     sys.exit(main())

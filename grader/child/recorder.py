@@ -1,4 +1,5 @@
-"""pytest plugin ol loads into the test process: it streams each test's outcome to ol over a pipe.
+"""Entry point of ol's test process (the judge), loaded as ``-p grader.child.recorder``: a pytest
+plugin that streams each test's outcome to ol over a pipe.
 
 ol decides the verdict from these records, not from pytest's exit code or output. The records go
 to a pipe ol opened for this process alone (its number and a per-run nonce arrive in environment
@@ -21,7 +22,7 @@ import time
 
 import pytest
 
-from grader.protocol import FD_ENV, NONCE_ENV, where_in_package
+from grader.core.protocol import FD_ENV, NONCE_ENV, where_in_package
 
 MESSAGE_LIMIT = 400
 # A failed case's message (grader.cases) spans lines: which case, the call, expected, yours, the rule.
@@ -72,7 +73,7 @@ def _describe(exc: BaseException) -> str:
         text = "\n".join(line.rstrip() for line in str(exc).strip().splitlines())
         return text if len(text) <= ASSERTION_LIMIT else text[:ASSERTION_LIMIT - 3] + "..."
     detail = _first_line(str(exc))
-    if getattr(type(exc), "says_it_all", False):    # ol's own reasons (grader.isolation): no class name
+    if getattr(type(exc), "says_it_all", False):    # ol's own reasons (grader.child.judge): no class name
         return detail
     name = type(exc).__name__
     text = f"{name}: {detail}" if detail else name

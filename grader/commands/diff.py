@@ -2,7 +2,7 @@
 
 The cases are the graded tests' own (``grader.cases``): the same inputs, the same answers. The
 learner's answers are computed in a process of their own (the code could hang or exit); the
-reference's come from the answer cache :mod:`grader.diagnose` keeps.
+reference's come from the answer cache :mod:`grader.verdict.diagnose` keeps.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import re
 import tempfile
 from pathlib import Path
 
-from grader import assemble
-from grader.case_worker import STUB
 from grader.cases import alike, brief, first_difference, is_raise
-from grader.catalog import Module, check_fixtures, load_catalog
-from grader.diagnose import WORKER_STARTUP, AnswerStore, has_cases, run_worker
-from grader.errors import UsageError
-from grader.workspace import resolve_workspace
+from grader.child.case_worker import STUB
+from grader.core.errors import UsageError
+from grader.layout import assemble
+from grader.layout.catalog import Module, check_fixtures, load_catalog
+from grader.layout.workspace import resolve_workspace
+from grader.verdict.diagnose import WORKER_STARTUP, AnswerStore, has_cases, run_worker
 
 
 def diff(module_id: str, workspace: str | None = None, ref_deps: bool = False, shown: int = 3,

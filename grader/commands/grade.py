@@ -1,7 +1,7 @@
 """``ol grade``: grade a class's submissions of one module, several at a time, into ``grades.csv``.
 
 Each submission (a folder or a zip file holding ``tinyllm/``) is graded by a process of its own
-(:mod:`grader.submission`) with a sandbox of its own, so a submission that hangs, crashes, floods
+(:mod:`grader.verdict.submission`) with a sandbox of its own, so a submission that hangs, crashes, floods
 its output or forks without end costs its own time bound and nothing more. ``--out`` receives
 ``grades.csv`` and one JSON per submission (the format of ``ol check --json``, plus the score).
 Names and messages come from the class, so they are made harmless before they reach ``grades.csv``,
@@ -10,15 +10,11 @@ the JSON files and the terminal (:func:`printable`, :func:`cell`, :func:`json_na
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
-import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -27,18 +23,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.catalog import Catalog, Module, check_fixtures, load_catalog
-from grader.errors import GraderError, UsageError
-from grader.isolation import WALL_FACTOR, check_wall
-from grader.protocol import SUBMISSION_ENV
-from grader.run import STARTUP_ALLOWANCE, run_limit
-from grader.sandbox import Cgroup, Sandbox, cgroup_name, claim
+from grader.core.errors import GraderError, UsageError
+from grader.core.protocol import WALL_FACTOR
+from grader.core.sandbox import Sandbox, claim
+from grader.core.text import number, printable, readable_json
+from grader.layout.catalog import Catalog, Module, check_fixtures, load_catalog
+from grader.running.grading import DEFAULT_LIMIT, Graded, grade_in_worker, stop_workers
+from grader.running.run import run_limit
 
 CSV_HEADER = ["submission", "score", "max_score", "status", "failed_tests", "hint"]
 # The whole check of one submission, unless --limit says otherwise: CALIBRATION_FACTOR times the
 # reference's check on this machine (graded first), within MIN_LIMIT..DEFAULT_LIMIT seconds: far
 # above an honest submission's time, far below every test hanging to its timeout.
-DEFAULT_LIMIT = 60.0
 MIN_LIMIT = 30.0
 CALIBRATION_FACTOR = 4.0
 # Each test, unless --timeout says otherwise: TEST_FACTOR times the reference's time for that test
@@ -48,39 +44,14 @@ CALIBRATION_FACTOR = 4.0
 # does in milliseconds.
 TEST_FACTOR = 10.0
 TEST_FLOOR = 2.0
-# Where the judge of an isolated check reads each test's own timeout (JSON: test name -> seconds).
-TEST_TIMEOUTS_ENV = "OL_TEST_TIMEOUTS"
-# Beyond the check: assembling, the diagnosis of failed tests, writing the results.
-WORKER_MARGIN = 120.0
-REPO = Path(__file__).resolve().parents[1]
-# A cell of grades.csv starting with one of these is a formula to a spreadsheet (OWASP's rule against
-# CSV injection): such a cell gets a leading apostrophe, which the spreadsheet shows as text.
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-# A learner's message (an import error's, say) may be megabytes: a spreadsheet shows a cell whole up to here.
-CELL_LIMIT = 1000
 # The submission's name in its JSON file's name, after the position: far below any file system's 255 bytes.
 JSON_NAME_LIMIT = 60
-
-
-@dataclass
-class Graded:
-    submission: str
-    results: dict
-    seconds: float
-
-    @property
-    def row(self) -> list[str]:
-        r = self.results
-        failed = [t["name"] for t in r.get("tests", []) if t.get("status") != "pass"]
-        hint = r.get("hint") or (r.get("message") or "" if r.get("status") == "error" else "")
-        return [cell(text) for text in (self.submission, _number(r.get("score", 0.0)), _number(r.get("max_score", 0.0)),
-                                        r.get("status", "error"), ";".join(failed), " ".join(hint.split()))]
 
 
 def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None = None,
           timeout: float | None = None, limit: float | None = None, unsandboxed: bool = False) -> int:
     """Grade every submission; 0 when each was graded (whatever its score), 3 when ol itself failed on
-    one. Learner code runs in bubblewrap (:mod:`grader.sandbox`); without it ol refuses, unless
+    one. Learner code runs in bubblewrap (:mod:`grader.core.sandbox`); without it ol refuses, unless
     ``unsandboxed``, which each submission's results record."""
     catalog = load_catalog()
     module = catalog.get(module_id)
@@ -212,114 +183,6 @@ def json_names(names: list[str]) -> list[str]:
             for i, name in enumerate(names, 1)]
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def readable(text: str) -> str:
-    """``text`` with no lone surrogate, so that it can be written as UTF-8: a byte that was not
-    UTF-8 (a file name's, read as Python does) as ``\\xNN``, any other surrogate as ``\\uNNNN``."""
-    def escape(m: re.Match) -> str:
-        code = ord(m.group())
-        return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
-    return _SURROGATE.sub(escape, text)
-
-
-def printable(text: str) -> str:
-    """:func:`readable` on one line: control, format and separator characters escaped (``\\n``,
-    ``\\x1b``, ``\\u202e``), so that no name or message starts a line or moves the cursor."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in readable(text))
-
-
-def cell(text: str) -> str:
-    """A cell of grades.csv: :func:`printable`, at most ``CELL_LIMIT`` characters, never a formula."""
-    shown = printable(text[:CELL_LIMIT])
-    if len(text) > CELL_LIMIT or len(shown) > CELL_LIMIT:
-        shown = shown[:CELL_LIMIT - 3] + "..."
-    return "'" + shown if shown.startswith(FORMULA_START) else shown
-
-
-def readable_json(value: object) -> object:
-    """Parsed JSON with every string :func:`readable`, so that its file is valid UTF-8 everywhere."""
-    if isinstance(value, str):
-        return readable(value)
-    if isinstance(value, list):
-        return [readable_json(v) for v in value]
-    if isinstance(value, dict):
-        return {readable(k): readable_json(v) for k, v in value.items()}
-    return value
-
-
-def grade_in_worker(module_id: str, path: Path, name: str, box: Sandbox, timeout: float | None,
-                    limit: float, hints: bool = True, tests: dict[str, float] | None = None) -> Graded:
-    """One submission graded by ``python -m grader.submission`` in the sandbox ``box``, bounded from here too."""
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="ol-grade-out-") as tmp:
-        out = Path(tmp) / "results.json"
-        # The submission's path travels in the environment, which only this user can read: no
-        # command line names it.
-        command = [sys.executable, "-B", "-m", "grader.submission", module_id, str(out),
-                   "--sandbox", box.to_env(), "--limit", str(limit)]
-        if not hints:
-            command.append("--no-hints")
-        if timeout:
-            command += ["--timeout", str(timeout)]
-        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1",
-               SUBMISSION_ENV: str(path.resolve())}
-        if tests:
-            env[TEST_TIMEOUTS_ENV] = json.dumps(tests)
-        child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, start_new_session=True)
-        _WORKERS.add(child)
-        bound = check_wall(limit) + WORKER_MARGIN
-        try:
-            _, err = child.communicate(timeout=bound + STARTUP_ALLOWANCE)
-        except subprocess.TimeoutExpired:
-            _stop(child)
-            return Graded(name, _error(module_id, f"grading took longer than {bound:g} s and was stopped"),
-                          time.monotonic() - started)
-        finally:
-            _WORKERS.discard(child)
-            # Whatever the worker left (a case worker of a diagnosis cut short, a learner's process):
-            # its cgroup is ended with everything in it.
-            Cgroup(cgroup_name(child.pid)).close()
-        try:
-            results = json.loads(out.read_text())
-        except (OSError, ValueError):
-            tail = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            results = {**_error(module_id, f"ol could not grade this submission: {tail[0]}"), "grader_error": True}
-    return Graded(name, results, time.monotonic() - started)
-
-
-_WORKERS: set[subprocess.Popen] = set()
-
-
-def stop_workers() -> None:
-    """Ask every grading process to stop (each then kills what it started), then kill them."""
-    for child in list(_WORKERS):
-        _stop(child)
-
-
-def _stop(child: subprocess.Popen) -> None:
-    """Ask a grading process to stop (it then kills what it started), then kill its group."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signal.SIGTERM)
-    try:
-        child.communicate(timeout=5)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child.pid, signal.SIGKILL)
-        child.communicate()
-
-
-def _error(module_id: str, message: str) -> dict:
-    return {"version": 3, "status": "error", "message": message, "module": module_id, "tests": [],
-            "score": 0.0, "max_score": 0.0, "hint": ""}
-
-
-def _number(x: float) -> str:
-    return f"{x:g}"
-
-
 class _Progress:
     """A bar redrawn in place on a terminal; one line per graded submission otherwise."""
 
@@ -344,7 +207,7 @@ class _Progress:
             else:
                 r = graded.results
                 print(f"[{self.finished}/{self.total}] {graded.submission}: {r.get('status')} "
-                      f"{_number(r.get('score', 0))}/{_number(r.get('max_score', 0))} ({graded.seconds:.1f} s)", flush=True)
+                      f"{number(r.get('score', 0))}/{number(r.get('max_score', 0))} ({graded.seconds:.1f} s)", flush=True)
 
     def _draw(self) -> None:
         if not self.tty:

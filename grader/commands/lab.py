@@ -1,13 +1,8 @@
 """``ol lab``: open the chapter notebooks in JupyterLab, running the learner's workspace.
 
 JupyterLab is started on the course's ``notebooks/`` with ``OL_WORKSPACE`` set to the workspace's
-absolute path, which the notebooks' ``course.py`` reads first. ``ol start`` (and ``ol lab``)
-also remember the last workspace in ``<course root>/.ol-workspace``, so notebooks opened by hand
-(``jupyter lab notebooks/``) find it too. That file sits in the clone, not in the user's config
-folder: the notebooks that read it belong to this clone, and two clones (two courses, or a fresh
-one beside an old one) then never point at each other's workspaces. ``OL_LAST_WORKSPACE_FILE``
-names another file, or, empty, turns remembering off (the project's tests do, so their scratch
-workspaces are never remembered).
+absolute path, which the notebooks' ``course`` package reads first. ``ol lab`` also remembers the
+workspace (:mod:`grader.layout.remembered`), so notebooks opened by hand find it too.
 """
 
 from __future__ import annotations
@@ -19,46 +14,17 @@ import shlex
 import sys
 from pathlib import Path
 
-from grader.catalog import course_root, load_catalog
-from grader.errors import UsageError
-from grader.workspace import WORKSPACE_ENV, Workspace, resolve_workspace
+from grader.core.errors import UsageError
+from grader.core.paths import course_root
+from grader.core.protocol import WORKSPACE_ENV
+from grader.layout.catalog import load_catalog
+from grader.layout.remembered import NOTEBOOK_MODULE, remember_workspace, remembered_file, remembered_workspace
+from grader.layout.workspace import Workspace, resolve_workspace
 
-NOTEBOOK_MODULE = "L10.8"
-REMEMBER_ENV = "OL_LAST_WORKSPACE_FILE"
-REMEMBER_NAME = ".ol-workspace"
 # Defaults ol lab gives JupyterLab. Widget state saved with the notebook: a notebook reopened after
 # its kernel ended (the next day, a restart) shows its last figures instead of "Error displaying
 # widget: model not found". The learner's own settings still win over these defaults.
 LAB_DEFAULTS = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
-
-
-def remembered_file(root: Path | None = None) -> Path | None:
-    """Where the last started workspace is remembered; None when remembering is turned off."""
-    named = os.environ.get(REMEMBER_ENV)
-    if named is not None:
-        return Path(named).expanduser() if named else None
-    return (root or course_root()) / REMEMBER_NAME
-
-
-def remember_workspace(workspace: Path, root: Path | None = None) -> None:
-    """Note ``workspace`` (absolute) as the last one started; a failure to write is only a note."""
-    target = remembered_file(root)
-    if target is None:
-        return
-    try:
-        target.write_text(str(workspace.resolve()) + "\n")
-    except OSError as err:
-        print(f"ol: note: could not remember this workspace in {target}: {err.strerror}")
-
-
-def remembered_workspace(root: Path | None = None) -> Path | None:
-    """The last workspace ``ol start`` or ``ol lab`` used, if it is still a folder."""
-    target = remembered_file(root)
-    try:
-        text = target.read_text().strip() if target is not None else ""
-    except OSError:
-        return None
-    return Path(text) if text and Path(text).is_dir() else None
 
 
 def _choose_workspace(arg: str | None) -> tuple[Workspace, str]:
@@ -81,7 +47,7 @@ def lab_command(ws: Workspace, extra: list[str], root: Path | None = None) -> tu
     settings = _write_settings(ws)
     env = dict(os.environ)
     env[WORKSPACE_ENV] = str(ws.root.resolve())
-    # course.py is importable from a copy of a notebook too, wherever it is opened.
+    # The notebooks' course package is importable from a copy of a notebook too, wherever it is opened.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(notebooks), env.get("PYTHONPATH", "")]))
     ours = {"--ServerApp.root_dir": str(notebooks), "--LabApp.app_settings_dir": str(settings)}
     # An option given after -- replaces ol's (JupyterLab refuses one given twice).

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from grader import assemble
-from grader.catalog import Catalog, Module, load_catalog
-from grader.table import render
-from grader.workspace import Workspace, resolve_workspace
+from grader.core.table import render
+from grader.layout import assemble
+from grader.layout.catalog import Catalog, Module, load_catalog
+from grader.layout.workspace import Workspace, resolve_workspace
 
 
 def list_modules(workspace: str | None = None) -> int:

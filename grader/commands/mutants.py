@@ -8,7 +8,6 @@ too, as the baseline every test must pass. The kill matrix shows which tests fai
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -16,9 +15,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.catalog import Catalog, Module, Pitfall, check_fixtures, load_catalog
-from grader.errors import UsageError
-from grader.run import SuiteRun, run_suite, stop_all
+from grader.core.errors import UsageError
+from grader.core.patch import apply_patch
+from grader.layout.catalog import Catalog, Module, Pitfall, check_fixtures, load_catalog
+from grader.running.run import SuiteRun, run_suite, stop_all
 
 BASELINE = "reference"
 
@@ -136,21 +136,6 @@ def _run_one(catalog: Catalog, module: Module, pitfall: Pitfall | None) -> Mutan
             if error:
                 return MutantResult(ident, pitfall, None, error)
         return MutantResult(ident, pitfall, run_suite(module, copy / "solutions"))
-
-
-def apply_patch(patch: Path, tree: Path) -> str | None:
-    """Apply ``patch`` with ``patch -p1`` inside ``tree``; the reason it failed, or None."""
-    if not patch.is_file():
-        return f"the mutant {patch} is missing"
-    try:
-        done = subprocess.run(["patch", "-p1", "--batch", "--forward", "--silent", "-d", str(tree), "-i", str(patch)],
-                              capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        return "the 'patch' program is not installed"
-    if done.returncode != 0:
-        detail = (done.stdout + done.stderr).strip().splitlines()
-        return f"{patch.name} does not apply to the reference ({detail[0] if detail else 'patch failed'})"
-    return None
 
 
 class _Progress:

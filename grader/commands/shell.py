@@ -13,11 +13,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grader import assemble
-from grader.catalog import load_catalog
-from grader.workspace import resolve_workspace
-
-REPO = Path(__file__).resolve().parents[1]
+from grader.core.paths import REPO
+from grader.core.protocol import IMPL_ENV
+from grader.layout import assemble
+from grader.layout.catalog import load_catalog
+from grader.layout.workspace import resolve_workspace
 
 
 def shell(module_id: str, workspace: str | None = None, ref_deps: bool = False, command: str | None = None) -> int:
@@ -32,7 +32,7 @@ def shell(module_id: str, workspace: str | None = None, ref_deps: bool = False, 
         startup.write_text(_startup(impl, module.suite))
         # PYTHONSAFEPATH: the workspace (the cwd) must not come first on sys.path, or its tinyllm/
         # (ol start writes an __init__.py there) hides the assembled package.
-        env = {**os.environ, "OL_IMPL": str(impl), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1",
+        env = {**os.environ, IMPL_ENV: str(impl), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1",
                "PYTHONPATH": os.pathsep.join([str(impl), str(module.suite.parent), str(REPO)])}
         if command is None:
             print(f"Python with {module.id}'s names: tinyllm from {ws.package}"

@@ -6,11 +6,11 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
-from grader.catalog import Catalog, Module, load_catalog
-from grader.errors import GraderError, UsageError
-from grader.lab import NOTEBOOK_MODULE, remember_workspace
-from grader.warm import warm_in_background
-from grader.workspace import Workspace, resolve_workspace
+from grader.core.errors import GraderError, UsageError
+from grader.layout.catalog import Catalog, Module, load_catalog
+from grader.layout.remembered import NOTEBOOK_MODULE, remember_workspace
+from grader.layout.workspace import Workspace, resolve_workspace
+from grader.verdict.warm import warm_in_background
 
 
 def start(module_id: str, workspace: str | None = None, force: bool = False) -> int:

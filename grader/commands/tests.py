@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from grader.catalog import load_catalog
-from grader.table import render
+from grader.core.table import render
+from grader.layout.catalog import load_catalog
 
 
 def show_tests(module_id: str) -> int:

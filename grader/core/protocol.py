@@ -1,11 +1,48 @@
-"""What ol and the processes it starts agree on: where the plugin finds its pipe and the run's nonce,
-and how a place in the learner's package is named in a message."""
+"""What ol and the processes it starts agree on: every ``OL_*`` environment variable, the clock's
+bound beside the CPU bound, and how a place in the learner's package is named in a message.
+
+Standard library only: an isolated check copies this file (with ``grader/__init__.py`` and
+``grader/core/__init__.py``) beside the learner's server, where nothing else of ol exists.
+"""
 
 import os
 
-FD_ENV = "OL_REPORT_FD"        # the number of the pipe's write end in the test process
-NONCE_ENV = "OL_REPORT_NONCE"  # a random string every record must carry
-SUBMISSION_ENV = "OL_SUBMISSION"  # the submission a grading process grades (never on a command line)
+# --- between ol and its test process (the judge) --------------------------------------------------
+IMPL_ENV = "OL_IMPL"                    # the folder holding the tinyllm/ package under test
+FD_ENV = "OL_REPORT_FD"                 # the number of the pipe's write end in the test process
+NONCE_ENV = "OL_REPORT_NONCE"           # a random string every record must carry
+ANSWERS_ENV = "OL_ANSWERS_DIR"          # where the suite leaves each test's answers for the diagnosis
+TEST_TIMEOUT_ENV = "OL_TEST_TIMEOUT"    # CPU seconds a test may take (ol's run sets it)
+TEST_TIMEOUTS_ENV = "OL_TEST_TIMEOUTS"  # optional JSON {test name: CPU seconds}, overriding it per test
+CHECK_CPU_ENV = "OL_CHECK_CPU"          # optional CPU seconds for the whole check
+
+# --- between the judge and the learner's process (an isolated check) ------------------------------
+LEARNER_IMPL_ENV = "OL_LEARNER_IMPL"        # the learner's package, laid out for its own process
+LEARNER_SANDBOX_ENV = "OL_LEARNER_SANDBOX"  # the sandbox that process runs in
+RPC_FD_ENV = "OL_RPC_FD"                    # the learner's end of the judge's socket
+LEARNER_SERVER = "ol_learner_server.py"     # grader/child/learner_server.py, copied into the learner's package
+
+# --- between ol and its grading processes ----------------------------------------------------------
+SUBMISSION_ENV = "OL_SUBMISSION"        # the submission a grading process grades (never on a command line)
+
+# --- set by the person running ol --------------------------------------------------------------------
+WORKSPACE_ENV = "OL_WORKSPACE"                # the folder holding the learner's tinyllm/
+COURSE_ROOT_ENV = "OL_COURSE_ROOT"            # the clone of the course, when ol is installed elsewhere
+CACHE_ENV = "OL_CACHE_DIR"                    # where the reference's and the pitfalls' answers are kept
+REMEMBER_ENV = "OL_LAST_WORKSPACE_FILE"       # where the last started workspace is remembered (empty: nowhere)
+NO_WARM_ENV = "OL_NO_WARM"                    # "1": ol start computes no answers ahead of time
+AUTOGRADER_DIR_ENV = "OL_AUTOGRADER_DIR"      # Gradescope's /autograder, moved for a local run
+GRADE_DIR_ENV = "OL_GRADE_DIR"                # PrairieLearn's /grade, moved for a local run
+PYTHON_ENV = "OL_PYTHON"                      # the interpreter an exported autograder runs
+
+# A test's bound is CPU time of the learner's processes; code that sleeps or waits is also bounded
+# on the clock, WALL_FACTOR times longer.
+WALL_FACTOR = 2.0
+
+
+def check_wall(cpu: float) -> float:
+    """The wall-clock bound of a whole check whose learner code may use ``cpu`` seconds of CPU."""
+    return WALL_FACTOR * cpu
 
 
 def where_in_package(tb) -> str | None:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from grader.errors import GraderError
+from grader.core.errors import GraderError
 
 ADDRESS_SPACE = 4 << 30          # each process
 FILE_SIZE = 64 << 20             # each file a process writes

@@ -12,9 +12,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.catalog import Catalog, Module
-from grader.errors import UsageError
-from grader.workspace import Workspace
+from grader.core.errors import UsageError
+from grader.layout.catalog import Catalog, Module
+from grader.layout.workspace import Workspace
 
 
 @dataclass(frozen=True)

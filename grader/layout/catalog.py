@@ -8,15 +8,14 @@ named by ``OL_COURSE_ROOT``.
 from __future__ import annotations
 
 import hashlib
-import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grader.errors import GraderError, UsageError
+from grader.core.errors import GraderError, UsageError
+from grader.core.paths import course_root
 
-COURSE_ROOT_ENV = "OL_COURSE_ROOT"
 KINDS = ("unit", "differential", "boundary", "statistical", "property", "fault", "conformance")
 
 
@@ -112,18 +111,6 @@ class Catalog:
     def owner_of(self, filename: str) -> Module | None:
         """The module whose learner writes ``filename``, if any."""
         return next((m for m in self.modules.values() if filename in m.learner_files), None)
-
-
-def course_root() -> Path:
-    """``OL_COURSE_ROOT`` if set, else the repository this grader was installed from."""
-    env = os.environ.get(COURSE_ROOT_ENV)
-    root = Path(env).expanduser().resolve() if env else Path(__file__).resolve().parents[1]
-    if not (root / "course" / "modules").is_dir():
-        if env:
-            raise GraderError(f"{COURSE_ROOT_ENV}={env} holds no course catalog (course/modules/*.toml)")
-        raise GraderError(f"no course catalog beside the grader in {root}: install ol from a clone of the "
-                          f"course with 'pip install -e .', or set {COURSE_ROOT_ENV} to the clone")
-    return root
 
 
 def load_catalog(root: Path | None = None) -> Catalog:

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from grader.catalog import Module
-from grader.errors import UsageError
+from grader.core.errors import UsageError
+from grader.core.protocol import WORKSPACE_ENV
+from grader.layout.catalog import Module
 
-WORKSPACE_ENV = "OL_WORKSPACE"
 STATE_VERSION = 1
 
 

@@ -1,6 +1,6 @@
 """Run a module's graded suite in a child process and decide each test's outcome from its records.
 
-The child is ``python -m pytest`` with ol's recorder plugin (:mod:`grader.recorder`) and no other
+The child is ``python -m pytest`` with ol's recorder plugin (:mod:`grader.child.recorder`) and no other
 plugin, configuration, or cache. The plugin streams one record per test over a pipe; this module
 is the watchdog: a test that runs past its timeout has its whole process group killed (a loop in
 Python or inside numpy's C code stops all the same), is recorded as timed out, and the remaining
@@ -23,16 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from grader.catalog import Module
-from grader.isolation import LEARNER_IMPL_ENV, TEST_TIMEOUT_ENV, WALL_FACTOR
-from grader.protocol import FD_ENV, NONCE_ENV
-from grader.sandbox import Sandbox, limit_process
+from grader.core.paths import REPO
+from grader.core.protocol import FD_ENV, IMPL_ENV, LEARNER_IMPL_ENV, NONCE_ENV, TEST_TIMEOUT_ENV, WALL_FACTOR
+from grader.core.sandbox import Sandbox, limit_process
+from grader.layout.catalog import Module
 
 # Starting Python, numpy and pytest, and importing the suite, on a busy machine.
 STARTUP_ALLOWANCE = 10.0
 # How long a finished session may take to exit (atexit handlers of the code under test).
 EXIT_GRACE = 3.0
-# In an isolated check the judge ends a test that runs out of time itself (grader.isolation: its CPU
+# In an isolated check the judge ends a test that runs out of time itself (grader.child.judge: its CPU
 # bound, or WALL_FACTOR times it on the wall clock) and goes on; the watchdog waits until then and
 # this much longer before it kills the judge.
 JUDGE_GRACE = 2.0
@@ -98,7 +98,7 @@ def run_suite(module: Module, impl: Path, timeout: float | None = None, keyword:
     ``timeout`` bounds each test (default: the catalog's), ``limit`` the whole run (default
     :func:`run_limit`); ``keyword`` is pytest's ``-k``. ``on_outcome`` hears each test's outcome as
     soon as it is known. With a ``sandbox`` (an isolated check) every test process has
-    :func:`~grader.sandbox.limit_process`'s limits; ``env`` adds to its environment.
+    :func:`~grader.core.sandbox.limit_process`'s limits; ``env`` adds to its environment.
     """
     timeout = timeout or module.timeout
     state = _RunState(module, keyword is not None, time.monotonic() + (limit or run_limit(module, timeout)),
@@ -201,13 +201,13 @@ class _RunState:
 def _child_env(impl: Path, fd: int, nonce: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update({
-        "OL_IMPL": str(impl),
+        IMPL_ENV: str(impl),
         FD_ENV: str(fd),
         NONCE_ENV: nonce,
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "PYTHONPATH": str(REPO),
     })
     # One BLAS thread per test process: the tests' matrices are small, and mutants run side by side.
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -220,12 +220,12 @@ def _run_once(module: Module, impl: Path, rundir: Path, targets: list[str], keyw
     """One child process: run ``targets`` and feed its records into ``state`` until it ends or is killed."""
     read_fd, write_fd = os.pipe()
     nonce = secrets.token_hex(16)
-    command = [sys.executable, "-B", "-m", "pytest", *targets, "-p", "grader.recorder",
+    command = [sys.executable, "-B", "-m", "pytest", *targets, "-p", "grader.child.recorder",
                "-c", str(rundir / "pytest.ini"), "--rootdir", str(module.suite.parent),
                "-p", "no:cacheprovider", "-p", "no:stepwise", "-q", "--no-header", "-rN"]
     isolated = LEARNER_IMPL_ENV in extra_env
     if isolated:
-        command += ["-p", "grader.isolation"]
+        command += ["-p", "grader.child.judge"]
     if keyword:
         command += ["-k", keyword]
     log_path = rundir / "output.log"

@@ -13,7 +13,7 @@ true/false values. A hint is never given from which tests fail alone.
 The reference's and the mutants' answers are cached on disk, keyed by the reference's files, the
 patch and the suite's files. A mutant is run only on the tests whose cases call a function its
 patch changes (the reference's run records which functions each test calls); on the others it
-answers as the reference does. ``ol start`` fills the cache in the background (:mod:`grader.warm`);
+answers as the reference does. ``ol start`` fills the cache in the background (:mod:`grader.verdict.warm`);
 the learner's answers come from the check itself (``grader.cases.check`` writes them down).
 """
 
@@ -33,14 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.cases import alike, brief, clip, telling
-from grader.case_worker import STUB
-from grader.catalog import Catalog, Module, Pitfall
-from grader.mutants import apply_patch
+from grader.child.case_worker import STUB
+from grader.core.patch import apply_patch
+from grader.core.paths import REPO, cache_dir
+from grader.layout.catalog import Catalog, Module, Pitfall
 
-CACHE_ENV = "OL_CACHE_DIR"
 WORKER_STARTUP = 15.0
 MAX_ANSWERS = 32 << 20
-REPO = Path(__file__).resolve().parents[1]
 SAME_AS_REFERENCE = "same_as_reference"   # a mutant's answers to a test whose functions its patch leaves alone
 EVERYTHING = "*"                           # a patch that changes module-level code: every test may see it
 
@@ -401,7 +400,7 @@ class AnswerStore:
                     jobs.append({"impl": str(package), "out": str(out), "tests": tests, "trace": pitfall is None})
                     kept.append((pitfall, out))
             limit = timeout * sum(len(j["tests"]) for j in jobs) + WORKER_STARTUP
-            _run([sys.executable, "-B", "-m", "grader.case_worker", str(self.module.suite), _write_jobs(tmp, jobs)],
+            _run([sys.executable, "-B", "-m", "grader.child.case_worker", str(self.module.suite), _write_jobs(tmp, jobs)],
                  tmp, limit, worker_env())
             results = {}
             for pitfall, out in kept:
@@ -491,14 +490,6 @@ def _split(source: str) -> tuple[dict[str, str], list[str]]:
     return functions, rest
 
 
-def cache_dir() -> Path:
-    """Where answers are kept: ``OL_CACHE_DIR``, else the user's cache folder."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "tinyllm-course" / "answers"
-
-
 def _ensure(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -509,7 +500,7 @@ def run_worker(module: Module, impl: Path, tests: list[str], limit: float) -> di
     with tempfile.TemporaryDirectory(prefix="ol-cases-") as tmp:
         out = Path(tmp) / "answers.json"
         jobs = _write_jobs(tmp, [{"impl": str(impl), "out": str(out), "tests": tests, "trace": False}])
-        _run([sys.executable, "-B", "-m", "grader.case_worker", str(module.suite), jobs], tmp, limit, worker_env())
+        _run([sys.executable, "-B", "-m", "grader.child.case_worker", str(module.suite), jobs], tmp, limit, worker_env())
         return _read_answers(out)
 
 
@@ -560,7 +551,7 @@ def _tree_digest(folder: Path) -> str:
 def _suite_digest(module: Module) -> str:
     """The suite's folder, the case framework and the module's fixtures: what the answers depend on."""
     parts = [p.name.encode() + b"\0" + p.read_bytes() for p in sorted(module.suite.parent.glob("*.py"))]
-    parts += [Path(__file__).with_name(name).read_bytes() for name in ("cases.py", "case_worker.py")]
+    parts += [(REPO / "grader" / name).read_bytes() for name in ("cases.py", "child/case_worker.py")]
     parts += [f.sha256.encode() for f in module.fixtures]
     return _digest(parts)
 

@@ -1,11 +1,11 @@
-"""One submission graded in a process of its own: ``python -m grader.submission MODULE OUT [options]``
-(an entry point: ``ol grade`` and the exports start it).
+"""Entry point of a submission's grading process: ``python -m grader.verdict.submission MODULE OUT [options]``
+(``ol grade`` and the platform exports start it, :mod:`grader.running.grading`).
 
 ``OL_SUBMISSION`` (in the environment, so that no command line names it) is a folder or a zip file
 holding ``tinyllm/`` (at its top or one folder down). Its
 ``tinyllm/*.py`` files are copied (or extracted) into a temporary workspace, never changed where
-they are; the check runs there as an isolated check (:mod:`grader.isolation`: the learner's code in
-a :class:`~grader.sandbox.Sandbox` of its own), and ``OUT`` receives the results as
+they are; the check runs there as an isolated check (:mod:`grader.child.judge`: the learner's code in
+a :class:`~grader.core.sandbox.Sandbox` of its own), and ``OUT`` receives the results as
 ``ol check --json`` writes them, plus ``score``, ``max_score`` and ``hint``. ``ol grade`` runs one such
 process per submission, in a cgroup of its own where the machine has them, so a submission that
 exhausts memory, floods or forks harms only its own process tree, which is killed when it ends.
@@ -24,12 +24,14 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from grader import assemble, isolation, sandbox
-from grader.catalog import check_fixtures, load_catalog
-from grader.check import CheckResult, evaluate
-from grader.errors import OlError
-from grader.protocol import SUBMISSION_ENV
-from grader.workspace import Workspace
+from grader.core import sandbox
+from grader.core.errors import OlError
+from grader.core.protocol import CHECK_CPU_ENV, LEARNER_IMPL_ENV, SUBMISSION_ENV, check_wall
+from grader.layout import assemble
+from grader.layout.catalog import check_fixtures, load_catalog
+from grader.layout.workspace import Workspace
+from grader.running import isolate
+from grader.verdict.evaluate import CheckResult, evaluate
 
 PACKAGE = "tinyllm"
 # A learner's file is source code: anything larger is not a submission to run.
@@ -164,13 +166,13 @@ def grade_one(module_id: str, submission: Path, timeout: float | None, limit: fl
         # writes K/V into their KvPool, which must live in the judge; and a mistake in L10.1 costs
         # points in L10.1 only).
         sources = assemble.plan(catalog, module, ws, True, f"{module.id} alone is graded")
-        judge_impl, env = isolation.prepare(sources, Path(tmp) / "isolated", box)
+        judge_impl, env = isolate.prepare(sources, Path(tmp) / "isolated", box)
         if limit is not None:
-            env[isolation.CHECK_CPU_ENV] = f"{limit:g}"
-        result, _ = evaluate(catalog, module, judge_impl, timeout, limit=limit and isolation.check_wall(limit),
+            env[CHECK_CPU_ENV] = f"{limit:g}"
+        result, _ = evaluate(catalog, module, judge_impl, timeout, limit=limit and check_wall(limit),
                              sandbox=box, env=env,
                              diagnose_failures=hints)
-        result.paths += (env[isolation.LEARNER_IMPL_ENV],)
+        result.paths += (env[LEARNER_IMPL_ENV],)
     return _with_score(result)
 
 
@@ -185,7 +187,7 @@ def _stop(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grader.submission")
+    parser = argparse.ArgumentParser(prog="python -m grader.verdict.submission")
     parser.add_argument("module")
     parser.add_argument("out", type=Path)
     parser.add_argument("--sandbox", default=None, help="the sandbox, as Sandbox.to_env writes it")

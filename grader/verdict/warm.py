@@ -1,6 +1,7 @@
-"""Fill the answer cache of a module's hints ahead of the first failing check.
+"""Entry point of the warmer ``ol start`` leaves behind: fill the answer cache of a module's hints ahead
+of the first failing check.
 
-    python -m grader.warm MODULE
+    python -m grader.verdict.warm MODULE
 
 ``ol start`` runs this detached, at the lowest CPU priority: while the learner reads the card and
 writes code, the reference's answers to the module's cases are computed, then every named
@@ -16,17 +17,17 @@ import os
 import subprocess
 import sys
 
-from grader.catalog import Module, load_catalog
-from grader.diagnose import AnswerStore, cache_dir, has_cases, worker_env
-
-NO_WARM_ENV = "OL_NO_WARM"
+from grader.core.paths import cache_dir
+from grader.core.protocol import NO_WARM_ENV
+from grader.layout.catalog import Module, load_catalog
+from grader.verdict.diagnose import AnswerStore, has_cases, worker_env
 
 
 def warm_in_background(module: Module) -> bool:
     """Start a detached warmer for ``module``; False when turned off or there is nothing to warm."""
     if os.environ.get(NO_WARM_ENV) or not module.pitfalls or not has_cases(module):
         return False
-    subprocess.Popen([sys.executable, "-B", "-m", "grader.warm", module.id], env=worker_env(),
+    subprocess.Popen([sys.executable, "-B", "-m", "grader.verdict.warm", module.id], env=worker_env(),
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True, preexec_fn=lambda: os.nice(19))
     return True
