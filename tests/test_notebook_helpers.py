@@ -1,6 +1,5 @@
-"""notebooks/course.py: which tinyllm a notebook runs, the short messages, the ol check table."""
+"""notebooks/course/: which tinyllm a notebook runs, the short messages, the ol check table."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -8,17 +7,22 @@ from pathlib import Path
 
 import pytest
 
+from grader.core.protocol import REMEMBER_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_SPEC = ROOT / "solutions" / "tinyllm" / "spec.py"
 STUB_SPEC = ROOT / "course" / "stubs" / "L10.8" / "spec.py"
 
 
 def _load_course():
-    spec = importlib.util.spec_from_file_location("notebook_course", ROOT / "notebooks" / "course.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    """The notebooks' ``course`` package, imported as the notebooks import it (their folder on the path)."""
+    sys.path.insert(0, str(ROOT / "notebooks"))
+    try:
+        import course
+    finally:
+        sys.path.remove(str(ROOT / "notebooks"))
+    assert Path(course.__file__).parent == ROOT / "notebooks" / "course", course.__file__
+    return course
 
 
 course = _load_course()
@@ -31,15 +35,13 @@ def isolated(monkeypatch):
     saved_path = list(sys.path)
     monkeypatch.delenv("OL_WORKSPACE", raising=False)
     monkeypatch.delenv("JPY_PARENT_PID", raising=False)
-    monkeypatch.setenv(course.REMEMBER_ENV, "")  # the developer's own last workspace stays out of it
+    monkeypatch.setenv(REMEMBER_ENV, "")  # the developer's own last workspace stays out of it
     yield
     for name in [n for n in sys.modules if n == "tinyllm" or n.startswith("tinyllm.")]:
         del sys.modules[name]
     sys.modules.update(saved_modules)
     sys.path[:] = saved_path
-    course._current = None
-    course._session = None
-    course._on_path.clear()
+    course.reset()
 
 
 def make_workspace(tmp_path: Path, spec_text: str) -> Path:
@@ -152,7 +154,7 @@ def test_expect_marks_a_mismatch_and_fails_only_for_the_reference(tmp_path, monk
 def test_check_says_when_ol_is_not_available(tmp_path, monkeypatch):
     monkeypatch.setenv("OL_WORKSPACE", str(tmp_path))
     course.use()
-    monkeypatch.setattr(course, "grader_available", lambda: False)
+    monkeypatch.setattr(course.checkcell, "grader_available", lambda: False)
     report = course.check("hand_example_prompt_lookup", "rollback_hand_example")
     assert report.status == course.NOT_RUN
     assert [t.name for t in report.tests] == ["hand_example_prompt_lookup", "rollback_hand_example"]
@@ -223,7 +225,7 @@ def test_check_runs_the_real_grader_on_the_learners_workspace(tmp_path, monkeypa
 def remember(tmp_path: Path, monkeypatch, workspace: Path) -> None:
     memo = tmp_path / "remembered"
     memo.write_text(f"{workspace}\n")
-    monkeypatch.setenv(course.REMEMBER_ENV, str(memo))
+    monkeypatch.setenv(REMEMBER_ENV, str(memo))
 
 
 def test_the_remembered_workspace_comes_before_the_notebooks_folder(tmp_path, monkeypatch):
@@ -424,10 +426,12 @@ def test_with_the_reference_running_a_panel_has_no_label(tmp_path, monkeypatch):
     assert course.draw_label(record) == ("", "")
 
 
-def test_the_stub_functions_are_read_from_the_stub():
-    names = course.stub_functions()
-    assert "SpecConfig.parse" in names and "prompt_lookup" in names and "generate_stream" in names
-    assert "generate" not in names and all(n in course.CARD_SECTIONS for n in names)
+def test_the_stub_functions_and_their_sections_are_read_from_the_stub():
+    sections = course.chapter("L10.8").sections
+    assert "SpecConfig.parse" in sections and "prompt_lookup" in sections and "generate_stream" in sections
+    assert "generate" not in sections and all(sections.values()), sections
+    assert sections["prompt_lookup"] == "2.1" and sections["blocks_for"] == "2.4"
+    assert course.chapter("L10.9").learner_file == "trees.py" and "verify_tree" in course.chapter("L10.9").sections
 
 
 # --- The check table: headline, the failing case, the diagnosis ----------------------------------
@@ -520,3 +524,25 @@ def test_timed_runs_can_skip_the_comparison(tmp_path, monkeypatch):
     with course.drawing() as record:
         spec.prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1)
     assert record.compared == {"prompt_lookup": 1} and "[7, 8, 5] with the reference's" in record.difference
+
+
+def test_the_package_keeps_no_mutable_state_but_the_one_state_object():
+    """Everything that changes while a notebook runs is in ``course.STATE``: no ``global`` statement,
+    and every other module-level name holds a value that cannot change."""
+    import ast
+    import re
+    import types
+    from importlib import import_module
+
+    frozen = (str, int, float, bytes, tuple, frozenset, types.MappingProxyType, re.Pattern, Path, type(None))
+    for path in sorted((ROOT / "notebooks" / "course").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        assert not [n for n in ast.walk(tree) if isinstance(n, ast.Global)], f"{path.name} rebinds a global"
+        module = import_module(f"course.{path.stem}") if path.stem != "__init__" else course
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            for name in (t.id for t in targets if isinstance(t, ast.Name)):
+                value = getattr(module, name)
+                if name == "__all__":
+                    continue
+                assert value is course.STATE or isinstance(value, frozen) or callable(value), (path.name, name)
