@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinyllm.model import GEMM_ROWS, LlamaConfig, TinyLlama, aligned_copy, gemm_rows, matmul
+from tinyllm.model import (GEMM_DEPTH, GEMM_ROWS, LlamaConfig, TinyLlama, Weight, aligned_copy, gemm_rows,
+                          matmul)
 
 CONFIG = LlamaConfig()
 IDS = [int(t) for t in np.random.default_rng(7).integers(0, 256, 45)]
@@ -100,6 +101,24 @@ def test_matmul_row_at_its_slot_does_not_depend_on_the_batch():
     assert np.allclose(whole, a @ b, atol=1e-4)
     for i in range(100):
         assert np.array_equal(matmul(a[i:i + 1], b, gemm_rows([slots[i]]))[0], whole[i]), i
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["as probed", "16-row slots"])
+def test_a_weight_matmul_row_does_not_depend_on_the_batch(padded):
+    # 1300 rows: deeper than GEMM_DEPTH, so cut into slices whose products are added; 70 columns:
+    # three column blocks, the last zero-padded. Both layouts are checked whatever this BLAS is.
+    rng = np.random.default_rng(3)
+    w = Weight(rng.standard_normal((1300, 70)).astype(np.float32))
+    assert len(w.blocks) == -(-1300 // GEMM_DEPTH)
+    if padded:
+        w.free_rows = False
+    a = rng.standard_normal((37, 1300)).astype(np.float32)
+    slots = [(i + 5) % GEMM_ROWS for i in range(37)]
+    whole = w.blocks_matmul(a, gemm_rows(slots))
+    assert np.allclose(whole, a @ w.matrix, atol=1e-3)
+    for lo, hi in ((0, 1), (3, 4), (2, 19), (20, 37), (10, 11)):
+        part = w.blocks_matmul(a[lo:hi], gemm_rows(slots[lo:hi]))
+        assert np.array_equal(part, whole[lo:hi]), (lo, hi)
 
 
 def test_threads_sharing_the_column_blocks_give_the_same_bits(model):

@@ -16,7 +16,10 @@ batch. Three choices make it so:
   rows 0-5, 6-11 and 12-15 of a 16-row gemm three different ways). With the shape, the row's
   place and the alignment fixed, the row is computed as in the forward of its token alone. A
   weight matmul runs one such gemm per 32-column block of the weight (:class:`Weight`): every
-  block the same shape, and small enough that the BLAS reads it where it lies;
+  block the same shape, and small enough that the BLAS reads it where it lies. One exception,
+  probed rather than assumed: where the BLAS is seen to sum a block gemm's rows alike whatever
+  their number and place (:func:`rows_free`: OpenBLAS on AVX-512 CPUs), the weight matmuls run
+  over the batch's own rows, unpadded, so a pass feeding 4 tokens does not pay for 16;
 - attention is computed per group of rows sharing a block table and a block count, over all the
   slots of those blocks with later positions masked out: a row's reductions run over the same
   slots whoever shares its group; in its score and mix gemms the ``h``-th of the ``group`` query
@@ -31,6 +34,7 @@ gemm from that row's values, whatever the other rows hold, once shape, place and
 same: no BLAS branches on the data.
 """
 
+import functools
 import json
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +49,7 @@ from .kvpool import KvPool
 _ROPE_CHUNK = 1024
 GEMM_ROWS = 16
 GEMM_COLS = 32  # the width of a weight's column block (:class:`Weight`)
+GEMM_DEPTH = 576  # the most rows of a weight one block gemm reads (:class:`Weight`)
 _ALIGN = 64  # bytes: a cache line, and the widest vector load
 
 
@@ -132,13 +137,20 @@ def matmul(a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> np.ndarray:
 class Weight:
     """A weight matrix ``(in, out)`` stored for both kinds of matmul.
 
-    ``matrix`` serves plain gemms. ``blocks`` holds the same columns cut into ``GEMM_COLS``-wide
-    blocks, ``(blocks, in, GEMM_COLS)``, the last one zero-padded, each block contiguous and
-    aligned: :meth:`blocks_matmul` runs one small ``(GEMM_ROWS, in) @ (in, GEMM_COLS)`` gemm per
-    block. OpenBLAS runs a gemm that small straight from its operands, near the core's peak; a
+    ``matrix`` serves plain gemms. ``blocks`` holds the same matrix cut into ``GEMM_COLS``-wide
+    column blocks, the last one zero-padded, and, when ``in`` exceeds ``GEMM_DEPTH``, into equal
+    slices of its rows: ``blocks[s]`` is ``(count, depth, GEMM_COLS)``, each block contiguous and
+    aligned. :meth:`blocks_matmul` runs one small gemm per block and adds the slices' products in
+    order. OpenBLAS runs a gemm that small straight from its operands, near the core's peak; a
     16-row gemm over all the columns it runs by first copying the whole weight into its own
-    layout, then with a kernel that is slow at 16 rows (``bench/README.md``, issue 22). Every
-    block is the same shape, so each output column is summed the same way in every pass.
+    layout, then with a kernel that is slow at 16 rows (``bench/README.md``, issue 22). Every block
+    is the same shape, so each output column is summed the same way in every pass.
+
+    ``free_rows``: this BLAS computes each row of a block gemm the same whatever the gemm's row
+    count (2 to ``GEMM_ROWS``) and the row's place in it (:func:`rows_free`, probed once per
+    depth). Then a batch of ``n`` rows runs as gemms of its own rows, ``GEMM_ROWS`` at a time, and
+    a pass over 4 rows costs about a quarter of the arithmetic of a 16-row one; otherwise every
+    row sits at its slot of zero-padded 16-row gemms (:func:`matmul`), which any BLAS keeps.
     """
 
     def __init__(self, matrix: np.ndarray) -> None:
@@ -147,29 +159,86 @@ class Weight:
         count = -(-n // GEMM_COLS)
         padded = np.zeros((k, count * GEMM_COLS), dtype=np.float32)
         padded[:, :n] = matrix
-        self.blocks = aligned_copy(padded.reshape(k, count, GEMM_COLS).transpose(1, 0, 2))
+        columns = padded.reshape(k, count, GEMM_COLS).transpose(1, 0, 2)
+        cuts = np.linspace(0, k, -(-k // GEMM_DEPTH) + 1).astype(int).tolist()
+        self.slices = list(zip(cuts[:-1], cuts[1:]))
+        self.blocks = [aligned_copy(columns[:, lo:hi]) for lo, hi in self.slices]
+        self.free_rows = all(rows_free(hi - lo) for lo, hi in self.slices)
 
     def blocks_matmul(self, a: np.ndarray, rows: np.ndarray, threads: int = 1,
                       workers: ThreadPoolExecutor | None = None) -> np.ndarray:
-        """``a @ matrix`` as :func:`matmul` computes it (row ``j`` of ``a`` at stacked row ``rows[j]``
-        of 16-row gemms), one gemm per column block; with ``threads > 1``, ``workers`` run that
-        many shares of the blocks."""
-        count, k, cols = self.blocks.shape
-        gemms = int(rows.max()) // GEMM_ROWS + 1
-        padded = _aligned_zeros((gemms * GEMM_ROWS, k))
-        padded[rows] = a
-        x = padded.reshape(1, gemms, GEMM_ROWS, k)
-        # each block's gemm writes its columns of the (rows, columns) result in place: no copies after
-        result = _aligned_zeros((gemms * GEMM_ROWS, count * cols))
-        out = result.reshape(1, gemms, GEMM_ROWS, count, cols).transpose(3, 0, 1, 2, 4)[:, 0]
-        # blocks outermost: a block stays in cache while every 16-row gemm of the pass uses it
-        if threads == 1:
-            np.matmul(x, self.blocks[:, None], out=out)
+        """``a @ matrix``, one gemm per column block (per row slice), every row of ``a`` computed
+        as it would be alone. With ``free_rows`` the rows run in their order (a lone row gets a
+        zero row beside it: numpy hands a one-row product to gemv, which sums differently);
+        otherwise row ``j`` of ``a`` sits at stacked row ``rows[j]`` of 16-row gemms, as
+        :func:`matmul` places it. With ``threads > 1``, ``workers`` run that many shares of the
+        blocks."""
+        count, cols = self.blocks[0].shape[0], GEMM_COLS
+        n, k = a.shape
+        if self.free_rows:
+            height = n + (n % GEMM_ROWS == 1)
+            x = _aligned_zeros((height, k))
+            x[:n] = a
+            full = height // GEMM_ROWS * GEMM_ROWS
+            # gemms of GEMM_ROWS rows, then one of the rest
+            parts = [(lo, hi - lo) for lo, hi in ((0, full), (full, height)) if hi > lo]
+            sizes = [min(size, GEMM_ROWS) for _, size in parts]
         else:
-            cuts = np.linspace(0, count, threads + 1).astype(int).tolist()
-            list(workers.map(lambda lo, hi: np.matmul(x, self.blocks[lo:hi, None], out=out[lo:hi]),
-                             cuts[:-1], cuts[1:]))
-        return result[rows, :self.matrix.shape[1]]
+            height = (int(rows.max()) // GEMM_ROWS + 1) * GEMM_ROWS
+            x = _aligned_zeros((height, k))
+            x[rows] = a
+            parts, sizes = [(0, height)], [GEMM_ROWS]
+        # each block's gemm writes its columns of the (rows, columns) result in place: no copies after
+        result = _aligned_zeros((height, count * cols))
+        partial = _aligned_zeros((height, count * cols)) if len(self.blocks) > 1 else None
+        for s, ((lo, hi), blocks) in enumerate(zip(self.slices, self.blocks)):
+            into = result if s == 0 else partial
+            for (start, size), m in zip(parts, sizes):
+                gemms = size // m
+                xs = x[start:start + size, lo:hi].reshape(1, gemms, m, hi - lo)
+                out = into[start:start + size].reshape(1, gemms, m, count, cols).transpose(3, 0, 1, 2, 4)[:, 0]
+                _block_gemms(xs, blocks, out, threads, workers)
+            if s:
+                result += partial
+        result = result[:, :self.matrix.shape[1]]
+        return result[:n] if self.free_rows else result[rows]
+
+
+def _block_gemms(x: np.ndarray, blocks: np.ndarray, out: np.ndarray, threads: int = 1,
+                 workers: ThreadPoolExecutor | None = None) -> None:
+    """``out[b, g] = x[0, g] @ blocks[b]`` for every block ``b`` and gemm ``g``: blocks outermost,
+    so a block stays in cache while every gemm of the pass uses it; ``threads`` share the blocks."""
+    if threads == 1:
+        np.matmul(x, blocks[:, None], out=out)
+        return
+    cuts = np.linspace(0, blocks.shape[0], threads + 1).astype(int).tolist()
+    list(workers.map(lambda lo, hi: np.matmul(x, blocks[lo:hi, None], out=out[lo:hi]), cuts[:-1], cuts[1:]))
+
+
+@functools.cache
+def rows_free(depth: int) -> bool:
+    """Does this BLAS sum each row of a block gemm ``(m, depth) @ (depth, GEMM_COLS)`` the same
+    whatever ``m`` in ``2..GEMM_ROWS`` and the row's place? Probed on seeded data against a
+    ``GEMM_ROWS``-row gemm, in every place, as :meth:`Weight.blocks_matmul` calls it.
+
+    OpenBLAS with AVX-512 says yes: it runs gemms this small with its "direct" kernel, which sums
+    every output in one fused multiply-add chain over ``depth``, whatever the shape
+    (``GEMM_DEPTH`` keeps every block under the size where it would switch kernels, with one thread
+    or several). Its other kernels, like other BLASes, may say no; the answer rests, as the rest of
+    batch invariance does, on no BLAS choosing its kernel by the data.
+    """
+    rng = np.random.default_rng(0)
+    a = aligned_copy(rng.standard_normal((GEMM_ROWS, depth)).astype(np.float32))
+    blocks = aligned_copy(rng.standard_normal((2, depth, GEMM_COLS)).astype(np.float32))
+    whole = _aligned_zeros((2, 1, GEMM_ROWS, GEMM_COLS))
+    _block_gemms(a.reshape(1, 1, GEMM_ROWS, depth), blocks, whole)
+    for m in range(2, GEMM_ROWS):
+        for start in range(GEMM_ROWS - m + 1):
+            part = _aligned_zeros((2, 1, m, GEMM_COLS))
+            _block_gemms(aligned_copy(a[start:start + m]).reshape(1, 1, m, depth), blocks, part)
+            if not np.array_equal(part[:, 0], whole[:, 0, start:start + m]):
+                return False
+    return True
 
 
 def _aligned_zeros(shape: tuple[int, ...]) -> np.ndarray:
