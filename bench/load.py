@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "solutions"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from tinyllm.sampling import SamplingParams  # noqa: E402
-from tinyllm.serve import CostTable, Policy, Server, profile  # noqa: E402
+from tinyllm.serve import CostTable, Policy, Server, gemm_blocks, profile  # noqa: E402
 
 BLOCK_TOKENS = 16
 MIN_REQUESTS = 4
@@ -69,8 +69,10 @@ class Workloads:
 
 
 def spread(make, count: int) -> list[list[int]]:
-    """``count`` prompts ``make(n)`` (n filler words), the i-th starting its output at gemm slot
-    ``(s0 + i) % 16`` where some n reaches it: requests of a queue do not all start in step."""
+    """``count`` prompts ``make(n)`` (n filler words), the i-th starting its output at the i-th of
+    the gemm slots some n reaches, in order, and round again: requests of a queue do not all start
+    in step. The 27 fillers reach 14 of the 16 slots on both models' workloads, so four requests sit
+    on four slots and sixteen share two slots: plain decoding pays a second gemm at B = 16."""
     by_slot: dict[int, list[int]] = {}
     for n in range(len(FILLER) + 1):
         ids = make(n)
@@ -117,10 +119,13 @@ def smollm2_workloads(count: int, max_new: int):
 @dataclass
 class Cell:
     tokens: dict[tuple, list[int]]  # prompt -> greedy output
-    seconds: float                # CPU seconds of this process
+    seconds: float                # CPU seconds of this process, steps at full concurrency
     wall: float
-    emitted: int
+    emitted: int                  # tokens, blocks and steps: at full concurrency
     blocks: int
+    steps: int
+    predicted: float              # the cost table's seconds for those steps
+    produced: int                 # every token of every request (the drain too)
     drafted: int
     accepted: int
     passes: int
@@ -128,53 +133,95 @@ class Cell:
 
 
 def warm_pool(model, work: Workloads, batch: int):
-    """One pool for the whole run, its prompts' full blocks computed once and pinned (one extra
-    reference each), as a server keeps a popular prefix cached: a request then feeds only the end
-    of its prompt, and no cell pays for a cold cache."""
-    longest = max(len(p) for prompts in work.prompts.values() for p in prompts)
-    per_request = -(-(longest + work.max_new) // BLOCK_TOKENS)
-    pool = model.new_pool(batch * per_request + 2 * len(work.prompts) * per_request, BLOCK_TOKENS)
-    server = Server(model, pool, Policy("off"), max_batch=1, prefix_cache=True)
-    for prompts in work.prompts.values():
-        server.submit(prompts[0], max_new=2)
+    """One pool for the whole run, every prompt's full blocks computed once and pinned (one extra
+    reference each), as a server keeps popular prefixes cached: a request then feeds only the
+    last, partial block of its prompt, and no cell pays for a cold cache. Each workload's first
+    prompt goes first, so the others share its blocks; the rest are computed in one batch."""
+    prompts = list({tuple(p): p for ps in work.prompts.values() for p in ps}.values())
+    per_request = -(-(max(len(p) for p in prompts) + work.max_new) // BLOCK_TOKENS)
+    pinned = sum(len(p) // BLOCK_TOKENS for p in prompts)
+    pool = model.new_pool(pinned + (len(POLICIES) * batch + len(prompts)) * per_request, BLOCK_TOKENS)
+    firsts = [ps[0] for ps in work.prompts.values()]
+    for wave in (firsts, [p for p in prompts if p not in firsts]):
+        server = Server(model, pool, Policy("off"), max_batch=max(1, len(wave)), prefix_cache=True)
+        for prompt in wave:
+            server.submit(prompt, max_new=2)
         server.step()
-        for b in server.running[0].table:
-            if pool.is_registered(b):
-                pool.retain(b)
+        for r in server.running:
+            for b in r.table:
+                if pool.is_registered(b):
+                    pool.retain(b)
         server.run()
     return pool
 
 
-def run_cell(model, pool, cost: CostTable, policy: Policy, prompts: list[list[int]], batch: int,
-             max_new: int, eos: list[int]) -> Cell:
-    """Serve ``prompts`` (in order) at concurrency ``batch`` to the end."""
-    free = pool.num_free()
-    server = Server(model, pool, policy, max_batch=batch, cost=cost, prefix_cache=True)
-    stamps: dict[int, list[float]] = {}
-    for i, prompt in enumerate(prompts):
-        stamps[i] = []
-        server.submit(prompt, SamplingParams(), seed=i, max_new=max_new, eos=eos,
-                      on_token=lambda token, logprob, s=stamps[i]: s.append(time.process_time()) or True)
-    blocks = emitted = 0
-    began, cpu = time.perf_counter(), time.process_time()
-    while not server.idle():
+class Run:
+    """One policy's server in a cell, with its own clock: CPU seconds of its own steps only."""
+
+    def __init__(self, model, pool, cost: CostTable, policy: Policy, prompts: list[list[int]], batch: int,
+                 max_new: int, eos: list[int]) -> None:
+        self.policy, self.batch = policy, batch
+        self.server = Server(model, pool, policy, max_batch=batch, cost=cost, prefix_cache=True)
+        self.clock = self.began = 0.0
+        self.stamps: dict[int, list[float]] = {}
+        for i, prompt in enumerate(prompts):
+            self.stamps[i] = []
+            self.server.submit(prompt, SamplingParams(), seed=i, max_new=max_new, eos=eos,
+                               on_token=lambda token, logprob, s=self.stamps[i]: s.append(self.now()) or True)
+        self.seconds = self.wall = self.predicted = 0.0
+        self.blocks = self.emitted = self.steps = 0
+
+    def now(self) -> float:
+        return self.clock + time.process_time() - self.began
+
+    def step(self, cost: CostTable) -> None:
+        server = self.server
+        full = len(server.running) + len(server.queue) >= self.batch
+        wall, self.began = time.perf_counter(), time.process_time()
         report = server.step()
-        blocks += report.blocks
-        emitted += report.emitted
-    seconds, wall = time.process_time() - cpu, time.perf_counter() - began
+        spent = time.process_time() - self.began
+        self.clock += spent
+        if full:
+            self.seconds += spent
+            self.wall += time.perf_counter() - wall
+            self.blocks += report.blocks
+            self.emitted += report.emitted
+            self.steps += 1
+            self.predicted += cost.step_seconds(report.blocks, report.rows, len(report.ks),
+                                                sum(k > 0 for k in report.ks.values()))
+
+    def cell(self, prompts: list[list[int]]) -> Cell:
+        results = self.server.results
+        latency = statistics.median((s[-1] - s[0]) / (len(s) - 1) for s in self.stamps.values() if len(s) > 1)
+        return Cell({tuple(prompts[i]): results[i].tokens for i in results}, self.seconds, self.wall, self.emitted,
+                    self.blocks, self.steps, self.predicted, sum(len(r.tokens) for r in results.values()),
+                    sum(r.stats.drafted for r in results.values()), sum(r.stats.accepted for r in results.values()),
+                    sum(r.stats.target_calls for r in results.values()), latency)
+
+
+def run_cells(model, pool, cost: CostTable, policies: list[Policy], prompts: list[list[int]], batch: int,
+              max_new: int, eos: list[int]) -> dict[str, Cell]:
+    """Serve ``prompts`` (in order) at concurrency ``batch`` to the end under every policy, one
+    server per policy, their steps taken in turn: a busy spell of the machine slows every policy
+    alike. Time, tokens and gemms count the steps that start with ``batch`` requests running or
+    queued: the closed loop at concurrency B. The drain after the queue runs dry (fewer than B
+    requests left) is served and checked but not counted: there plain decoding's requests, in
+    lockstep, end together, while speculating ones end one by one and leave passes of one or two."""
+    free = pool.num_free()
+    runs = [Run(model, pool, cost, policy, prompts, batch, max_new, eos) for policy in policies]
+    while any(not run.server.idle() for run in runs):
+        for run in runs:
+            if not run.server.idle():
+                run.step(cost)
     if pool.num_free() != free:
-        raise SystemExit(f"FAIL: {free - pool.num_free()} blocks leaked ({policy}, B={batch})")
-    results = server.results
-    latency = statistics.median((s[-1] - s[0]) / (len(s) - 1) for s in stamps.values() if len(s) > 1)
-    return Cell({tuple(prompts[i]): results[i].tokens for i in results}, seconds, wall, emitted, blocks,
-                sum(r.stats.drafted for r in results.values()), sum(r.stats.accepted for r in results.values()),
-                sum(r.stats.target_calls for r in results.values()), latency)
+        raise SystemExit(f"FAIL: {free - pool.num_free()} blocks leaked (B={batch})")
+    return {str(run.policy): run.cell(prompts) for run in runs}
 
 
 def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloads: list[str], waves: int,
             repeats: int):
-    """Every (workload, B, policy) cell, ``repeats`` times, interleaved: the order of policies
-    turns by one each repeat so none always runs first. The shift serves B code-edit requests then
+    """Every (workload, B, policy) cell, ``repeats`` times, the policies' steps interleaved (their
+    order turns by one each repeat so none always steps first). The shift serves B code-edit requests then
     B prose requests, each with half the output budget."""
     code, prose = work.prompts["code-edit"], work.prompts["prose"]
 
@@ -194,9 +241,9 @@ def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloa
             for name in workloads:
                 requests, max_new = loads[name]
                 order = POLICIES[rep % len(POLICIES):] + POLICIES[:rep % len(POLICIES)]
-                for policy in order:
-                    cell = run_cell(model, pool, cost, policy, requests(b), b, max_new, work.eos)
-                    cells.setdefault((name, b, str(policy)), []).append(cell)
+                ran = run_cells(model, pool, cost, order, requests(b), b, max_new, work.eos)
+                for policy in POLICIES:
+                    cells.setdefault((name, b, str(policy)), []).append(ran[str(policy)])
     return cells
 
 
@@ -227,23 +274,28 @@ def table(cells: dict[tuple, list[Cell]], batches: list[int]) -> list[dict]:
             "vs_plain": statistics.median((c.emitted / c.seconds) / (p.emitted / p.seconds) for c, p in zip(runs, plain)),
             "blocks_per_token": first.blocks / first.emitted,
             "acceptance": first.accepted / first.drafted if first.drafted else 0.0,
-            "tokens_per_pass": first.emitted / first.passes,
+            "tokens_per_pass": first.produced / first.passes,
             "latency_ms": statistics.median(c.latency for c in runs) * 1e3,
+            "step_ms": statistics.median(c.seconds / c.steps for c in runs) * 1e3,
+            "measured_over_predicted": statistics.median(c.seconds / c.predicted for c in runs),
         })
     return rows
 
 
-def predicted_crossover(cost: CostTable, rows: list[dict], batches: list[int]) -> dict[int, int | None]:
+def predicted_crossover(cost: CostTable, rows: list[dict], starts: list[int], batches: list[int]
+                        ) -> dict[int, int | None]:
     """Per static k: the first B where ``AL(k) * T(plain) / T(k) < 1`` on code-edit, with AL(k) the
-    tokens per pass measured at B = 1 and gemms packed ideally (``ceil(rows / 16)``)."""
+    tokens per pass measured at B = 1 and the gemms of a decoding step of the cell's first B
+    requests (``starts``: the position of each one's first output token) feeding 1 or 1 + k rows."""
     out = {}
     for k in STATIC:
         al = next(r["tokens_per_pass"] for r in rows
                   if r["workload"] == "code-edit" and r["B"] == batches[0] and r["policy"] == f"k={k}")
         out[k] = None
         for b in batches:
-            plain = cost.step_seconds(-(-b // 16), b, b)
-            spec = cost.step_seconds(-(-b * (1 + k) // 16), b * (1 + k), b, b)
+            first = starts[:b]
+            plain = cost.step_seconds(gemm_blocks(first), b, b)
+            spec = cost.step_seconds(gemm_blocks([p + j for p in first for j in range(1 + k)]), b * (1 + k), b, b)
             if al * plain / spec < 1.0:
                 out[k] = b
                 break
@@ -283,14 +335,14 @@ def summary(rows: list[dict], batches: list[int]) -> tuple[str, dict]:
 
 def print_rows(rows: list[dict]) -> None:
     head = (f"{'workload':9} {'B':>3} {'policy':8} {'tok/s':>8} {'wall':>7} {'vs plain':>8} {'gemms/tok':>9} "
-            f"{'accept':>6} {'tok/pass':>8} {'ms/tok':>7}")
+            f"{'accept':>6} {'tok/pass':>8} {'ms/tok':>7} {'ms/step':>7} {'/table':>6}")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['workload']:9} {r['B']:>3} {r['policy']:8} {r['tokens_per_s']:8.1f} {r['wall_tokens_per_s']:7.1f} "
               f"{r['vs_plain']:7.2f}x "
               f"{r['blocks_per_token']:9.3f} {r['acceptance']:6.2f} {r['tokens_per_pass']:8.2f} "
-              f"{r['latency_ms']:7.1f}")
+              f"{r['latency_ms']:7.1f} {r['step_ms']:7.1f} {r['measured_over_predicted']:5.2f}x")
 
 
 def plot(rows: list[dict], batches: list[int], crossover: dict, path: Path) -> None:
@@ -335,16 +387,21 @@ def main() -> int:
     max_new, waves, repeats = settings[(args.model, args.quick)]
     load = tiny_workloads if args.model == "tiny" else smollm2_workloads
     model, work = load(max(max(batches) * max(waves, 2), 2 * MIN_REQUESTS), max_new)
-    cost = profile(model, max_blocks=4, repeats=15 if args.model == "tiny" else 5)  # the fastest of each: noise only adds
+    # Profiled at the context the cells run at: a request's attention grows with it.
+    context = round(statistics.mean(len(p) for ps in work.prompts.values() for p in ps) + max_new / 2)
+    cost = profile(model, max_blocks=4, repeats=15 if args.model == "tiny" else 5, context=context)
     print("cost table (ms): " + ", ".join(f"{g} gemm{'s' if g > 1 else ''} {t * 1e3:.2f}"
                                            for g, t in enumerate(cost.block_seconds, start=1))
           + f"; per row {cost.row_seconds * 1e3:.3f}, per request {cost.request_seconds * 1e3:.3f}, "
-            f"per draft {cost.draft_seconds * 1e3:.3f}")
+            f"per draft {cost.draft_seconds * 1e3:.3f} (at {context} tokens of context)")
     cells = measure(model, cost, work, batches, workloads, waves, repeats)
     bad = greedy_mismatches(cells)
     rows = table(cells, batches)
     print_rows(rows)
-    crossover = predicted_crossover(cost, rows, batches)
+    print("cost table check, plain decoding's step, measured / the table's: " + ", ".join(
+        f"{r['workload']} B={r['B']} {r['step_ms']:.1f} ms {r['measured_over_predicted']:.2f}x"
+        for r in rows if r["policy"] == "off"))
+    crossover = predicted_crossover(cost, rows, [len(p) for p in work.prompts["code-edit"]], batches)
     for k in STATIC:
         measured = next((b for b in batches if next(r for r in rows if r["workload"] == "code-edit" and r["B"] == b
                                                     and r["policy"] == f"k={k}")["vs_plain"] < 1.0), None)

@@ -14,7 +14,7 @@ import pytest
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams
-from tinyllm.serve import (MAX_DRAFT, Acceptance, CostTable, Lane, Policy, Server, adaptive_ks, choose_ks,
+from tinyllm.serve import (EXPLORE, MAX_DRAFT, PRIOR, Acceptance, CostTable, Lane, Policy, Server, adaptive_ks, choose_ks,
                            expected_tokens, gemm_blocks, goodput, profile)
 from tinyllm.spec import SpecConfig, SpecError, generate
 
@@ -175,6 +175,59 @@ def test_blocks_fed_adaptive_never_above_plain(tiny):
             emitted += report.emitted
         per_token[policy] = blocks / emitted
     assert per_token["adaptive"] <= per_token["off"]
+
+
+def test_a_new_request_starts_from_the_pooled_estimate(tiny):
+    """After traffic whose drafts failed, a new request starts pessimistic, not at the prior."""
+    server = Server(tiny, tiny.new_pool(64, 16), Policy("static", 4), max_batch=1)
+    server.submit(list(TEXTS[1].encode()), max_new=20)
+    server.run()
+    first = server.results[0].stats
+    assert first.drafted > 0 and server.pooled.rates != [PRIOR] * MAX_DRAFT
+    server.submit(list(TEXTS[3].encode()), max_new=4)
+    server._admit()
+    assert server.running[0].estimate.rates == server.pooled.rates
+    assert server.running[0].estimate is not server.pooled
+
+
+def spy_drafter(calls):
+    def drafter(ctx, k):
+        calls.append(k)
+        return [ctx[-1]] * k
+    return drafter
+
+
+def test_adaptive_explores_one_free_row_after_quiet_rounds(tiny):
+    """An estimate at 0 never drafts on its own; every EXPLORE quiet rounds it tries one token in
+    a row the pass pays anyway, so it can see acceptance come back. Off and static never explore."""
+    for policy, want in (("adaptive", [1, 1]), ("off", []), ("3", [3] * 12)):
+        calls = []
+        server = Server(tiny, tiny.new_pool(64, 16), Policy.parse(policy), max_batch=1, cost=COST,
+                        drafter=spy_drafter(calls))
+        server.pooled.rates = [0.0] * MAX_DRAFT
+        server.submit(list(TEXTS[1].encode()), max_new=2 * EXPLORE + 8)
+        ks = []
+        for _ in range(2 * EXPLORE + 1):
+            ks.append(server.step().ks.get(0, 0))
+            if policy == "adaptive":
+                server.running[0].estimate.rates = [0.0] * MAX_DRAFT
+        assert calls[:len(want)] == want, policy
+        if policy == "adaptive":
+            assert [i for i, k in enumerate(ks) if k] == [EXPLORE - 1, 2 * EXPLORE - 1]
+
+
+def test_exploring_never_adds_a_gemm(small):
+    """Sixteen requests on sixteen slots leave no free row: no exploration, one gemm a step."""
+    calls = []
+    server = Server(small, small.new_pool(16 * 12, 4), Policy("adaptive"), max_batch=16, cost=COST,
+                    drafter=spy_drafter(calls))
+    server.pooled.rates = [0.0] * MAX_DRAFT
+    for n in range(1, 17):
+        server.submit([1] * n, max_new=2 * EXPLORE + 2)
+    server.step()  # the prompts
+    for _ in range(2 * EXPLORE):
+        assert server.step().blocks == 1
+    assert calls == []
 
 
 def test_bad_inputs_refused(small):

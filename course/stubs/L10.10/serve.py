@@ -39,6 +39,7 @@ from .spec import MAX_K, Generated, SpecError, SpecStats, blocks_for, prompt_loo
 MAX_DRAFT = GEMM_ROWS - 1  # a request's last token and its draft fit one gemm's 16 rows
 PRIOR = 0.5   # acceptance assumed at a position nothing has been drafted at yet
 WEIGHT = 0.3  # how far one observation moves the estimate (an exponential moving average)
+EXPLORE = 16  # rounds without a draft after which an adaptive request tries one token in a free row
 
 Drafter = Callable[[Sequence[int], int], list[int]]
 
@@ -261,6 +262,7 @@ class Request:
     estimate: Acceptance = field(default_factory=Acceptance)
     rng: object = None
     reserved: int = 0
+    quiet: int = 0            # rounds since it last drafted (adaptive policy: see Server._explore)
 
 
 @dataclass
@@ -353,6 +355,29 @@ class Server:
     def _lanes(self) -> list[Lane]:
         return [Lane(r.cached, len(r.pending), min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1),
                      r.estimate.rates) for r in self.running]
+
+    def _explore(self, ks: list[int]) -> list[int]:
+        """Bounded exploration (section 2.3): under the adaptive policy, a request that has not
+        drafted for ``EXPLORE`` rounds drafts one token if that row's slot is free in the gemms
+        the pass runs anyway. Its estimate learns only from what it drafts, so without this a
+        request whose acceptance fell would never see it come back; the cost is at most one row
+        in ``EXPLORE`` rounds, never a gemm."""
+        if self.policy.kind != "adaptive":
+            return ks
+        lanes = self._lanes()
+        used = [0] * GEMM_ROWS
+        for lane, k in zip(lanes, ks):
+            for p in range(lane.start, lane.start + lane.fixed + k):
+                used[p % GEMM_ROWS] += 1
+        paid = max(used)
+        out = list(ks)
+        for i, (r, lane) in enumerate(zip(self.running, lanes)):
+            r.quiet = 0 if out[i] else r.quiet + 1
+            slot = (lane.start + lane.fixed) % GEMM_ROWS
+            if r.quiet >= EXPLORE and lane.cap > 0 and used[slot] < paid:
+                used[slot] += 1
+                out[i], r.quiet = 1, 0
+        return out
 
     def step(self) -> StepReport:
         """Admit, choose each k, draft, one forward for all, then verify and roll back each request."""
