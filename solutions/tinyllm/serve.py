@@ -15,6 +15,14 @@ acceptance estimate, over a step time from a cost table profiled on the machine 
 is the plain path: no drafter call, no extra row. Section numbers refer to ``course/L10.10.md``.
 """
 
+# BEGIN PROMPT
+# Given: MAX_DRAFT, PRIOR, WEIGHT, EXPLORE, lookup_drafter, Acceptance, CostTable, profile, Policy, Lane,
+# Request, StepReport, and in Server: the constructor, submit, idle, run, _share_prefix, _lanes,
+# _explore, _set_fills and _offer_prompt. Yours: the eleven functions that raise NotImplementedError,
+# starting with observe; write them in the order of the list at the top of the card's section 2.
+# ol tests L10.10 lists the tests, ol check L10.10 grades them.
+# END PROMPT
+
 import itertools
 import time
 from collections import deque
@@ -31,7 +39,7 @@ from .spec import Generated, SpecError, SpecStats, blocks_for, prompt_lookup, ro
 MAX_DRAFT = GEMM_ROWS - 1  # a request's last token and its draft fit one gemm's 16 rows
 PRIOR = 0.5   # acceptance assumed at a position nothing has been drafted at yet
 WEIGHT = 0.3  # how far one observation moves the estimate (an exponential moving average)
-EXPLORE = 16  # rounds without a draft after which an adaptive request tries one token in a free row
+EXPLORE = 8  # rounds without a draft after which an adaptive request tries one token in a free row
 
 Drafter = Callable[[Sequence[int], int], list[int]]
 
@@ -50,6 +58,7 @@ def observe(rates: Sequence[float], drafted: int, accepted: int, weight: float =
     later positions were not tried and are not observed. A round that drafted nothing observes
     nothing. Each observed position moves ``weight`` of the way to what it saw (1 or 0).
     """
+    # BEGIN SOLUTION
     if not 0 <= accepted <= drafted <= len(rates):
         raise SpecError(f"accepted {accepted!r} of {drafted!r} drafted: need 0 <= accepted <= drafted "
                         f"<= {len(rates)}")
@@ -58,15 +67,18 @@ def observe(rates: Sequence[float], drafted: int, accepted: int, weight: float =
         seen = 1.0 if j < accepted else 0.0
         out[j] += weight * (seen - out[j])
     return out
+    # END SOLUTION
 
 
 def survival(rates: Sequence[float], k: int) -> list[float]:
     """``s[m - 1] = a[0] * ... * a[m - 1]``: the chance draft token ``m`` is accepted, m = 1..k."""
+    # BEGIN SOLUTION
     out, s = [], 1.0
     for a in rates[:k]:
         s *= a
         out.append(s)
     return out
+    # END SOLUTION
 
 
 @dataclass
@@ -86,6 +98,7 @@ def expected_tokens(rates: Sequence[float], k: int) -> float:
 
     The 1 is the token the target always gives (the correction or the bonus); ``AL(0) = 1``.
     """
+    # BEGIN SOLUTION
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= len(rates):
         raise SpecError(f"k must be an integer in [0, {len(rates)}], got {k!r}")
     total, s = 1.0, 1.0
@@ -93,6 +106,7 @@ def expected_tokens(rates: Sequence[float], k: int) -> float:
         s *= a
         total += s
     return total
+    # END SOLUTION
 
 
 # --- 2.2 What a step costs -------------------------------------------------------------------
@@ -100,9 +114,11 @@ def expected_tokens(rates: Sequence[float], k: int) -> float:
 def gemm_blocks(positions: Sequence[int]) -> int:
     """16-row gemms a forward of rows at these positions runs: the most rows sharing one slot
     ``p % 16`` (the model's :func:`gemm_rows` puts same-slot rows in successive gemms)."""
+    # BEGIN SOLUTION
     if not positions:
         return 0
     return int(gemm_rows([p % GEMM_ROWS for p in positions]).max()) // GEMM_ROWS + 1
+    # END SOLUTION
 
 
 @dataclass(frozen=True)
@@ -222,10 +238,12 @@ class Lane:
 
 def goodput(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable) -> float:
     """Tokens the step is expected to emit per second: ``sum AL_i(k_i)`` over the step's seconds."""
+    # BEGIN SOLUTION
     positions = [p for lane, k in zip(lanes, ks) for p in range(lane.start, lane.start + lane.fixed + k)]
     tokens = sum(expected_tokens(lane.rates, k) for lane, k in zip(lanes, ks))
     seconds = cost.step_seconds(gemm_blocks(positions), len(positions), len(lanes), sum(k > 0 for k in ks))
     return tokens / seconds
+    # END SOLUTION
 
 
 def adaptive_ks(lanes: Sequence[Lane], cost: CostTable) -> list[int]:
@@ -241,6 +259,7 @@ def adaptive_ks(lanes: Sequence[Lane], cost: CostTable) -> list[int]:
     slot whose ``s`` does not beat the plain pass's goodput per row it costs never helps, and is
     not considered.
     """
+    # BEGIN SOLUTION
     n = len(lanes)
     counts = [0] * GEMM_ROWS
     for lane in lanes:
@@ -281,10 +300,12 @@ def adaptive_ks(lanes: Sequence[Lane], cost: CostTable) -> list[int]:
             break
         g += 1
     return best_ks
+    # END SOLUTION
 
 
 def choose_ks(policy: Policy, lanes: Sequence[Lane], cost: CostTable | None) -> list[int]:
     """``off``: all 0; ``static``: ``min(k, cap)``; ``adaptive``: :func:`adaptive_ks`."""
+    # BEGIN SOLUTION
     if policy.kind == "off":
         return [0] * len(lanes)
     if policy.kind == "static":
@@ -292,6 +313,7 @@ def choose_ks(policy: Policy, lanes: Sequence[Lane], cost: CostTable | None) -> 
     if cost is None:
         raise SpecError("the adaptive policy needs a cost table: profile(model)")
     return adaptive_ks(lanes, cost)
+    # END SOLUTION
 
 
 # --- 2.4 The scheduler -----------------------------------------------------------------------
@@ -387,6 +409,7 @@ class Server:
     def _admit(self) -> None:
         """Arrival order, no overtaking: the head waits until the pool can hold its budget. An
         admitted request's estimate starts from the server's pooled one."""
+        # BEGIN SOLUTION
         while self.queue and len(self.running) < self.max_batch:
             head = self.queue[0]
             if self._reserved + head.reserved > self.pool.num_blocks:
@@ -400,6 +423,7 @@ class Server:
             if self.prefix_cache:
                 self._share_prefix(head)
             self.running.append(head)
+        # END SOLUTION
 
     def _share_prefix(self, req: Request) -> None:
         """Take the indexed full blocks holding the prompt's start; their rows are not fed again
@@ -444,6 +468,7 @@ class Server:
 
     def step(self) -> StepReport:
         """Admit, choose each k, draft, one forward for all, then verify and roll back each request."""
+        # BEGIN SOLUTION
         self._admit()
         if not self.running:
             return StepReport(0, 0, 0, {}, [])
@@ -468,9 +493,11 @@ class Server:
             if r.rid in self.results:
                 report.finished.append(r.rid)
         return report
+        # END SOLUTION
 
     def _verify(self, r: Request, draft: list[int], rows: np.ndarray) -> int:
         """L10.8's round on this request's rows alone; returns the tokens it emitted."""
+        # BEGIN SOLUTION
         base, fed = r.cached, len(r.pending) + len(draft)
         self._set_fills(r, base + fed)
         out = r.out
@@ -498,6 +525,7 @@ class Server:
             self.running.remove(r)
             self._finish(r)
         return emitted
+        # END SOLUTION
 
     def _set_fills(self, r: Request, end: int) -> None:
         bt = self.pool.block_tokens
@@ -513,7 +541,9 @@ class Server:
 
     def _finish(self, r: Request) -> None:
         """Give back every block (one reference each) and the budget; publish the result."""
+        # BEGIN SOLUTION
         rollback(self.pool, r.table, 0)
         r.cached = 0
         self._reserved -= r.reserved
         self.results[r.rid] = r.out
+        # END SOLUTION

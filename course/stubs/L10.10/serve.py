@@ -1,5 +1,4 @@
-"""Speculation under load: continuous batching and a policy never slower than plain decoding (L10.10)
--- your file.
+"""Speculation under load: continuous batching and a policy never slower than plain decoding (L10.10).
 
 Many requests share one :class:`KvPool`, each with its own block table. Every step feeds the rows
 of every running request -- its pending ids (the prompt first, then the last emitted token) plus a
@@ -14,14 +13,13 @@ slot overflows. The adaptive policy chooses every request's ``k`` each step to m
 the tokens the batch is expected to emit per second: expected tokens per round from a per-position
 acceptance estimate, over a step time from a cost table profiled on the machine at start. ``k = 0``
 is the plain path: no drafter call, no extra row. Section numbers refer to ``course/L10.10.md``.
-
-Given: ``MAX_DRAFT``, ``PRIOR``, ``WEIGHT``, ``lookup_drafter``, ``Acceptance``,
-``CostTable``, ``profile``, ``Policy``, ``Lane``, ``Request``, ``StepReport``, and in ``Server``:
-the constructor, ``submit``, ``idle``, ``run``, ``_share_prefix``, ``_lanes``, ``_set_fills`` and
-``_offer_prompt``. Yours: the eleven functions that raise NotImplementedError, starting with
-``observe``; write them in the order of the list at the top of the card's section 2.
-``ol tests L10.10`` lists the tests, ``ol check L10.10`` grades them.
 """
+
+# Given: MAX_DRAFT, PRIOR, WEIGHT, EXPLORE, lookup_drafter, Acceptance, CostTable, profile, Policy, Lane,
+# Request, StepReport, and in Server: the constructor, submit, idle, run, _share_prefix, _lanes,
+# _explore, _set_fills and _offer_prompt. Yours: the eleven functions that raise NotImplementedError,
+# starting with observe; write them in the order of the list at the top of the card's section 2.
+# ol tests L10.10 lists the tests, ol check L10.10 grades them.
 
 import itertools
 import time
@@ -34,12 +32,12 @@ import numpy as np
 from .kvpool import KvPool
 from .model import GEMM_ROWS, TinyLlama, gemm_rows
 from .sampling import SamplingParams, stream
-from .spec import MAX_K, Generated, SpecError, SpecStats, blocks_for, prompt_lookup, rollback, verify_draft
+from .spec import Generated, SpecError, SpecStats, blocks_for, prompt_lookup, rollback, verify_draft
 
 MAX_DRAFT = GEMM_ROWS - 1  # a request's last token and its draft fit one gemm's 16 rows
 PRIOR = 0.5   # acceptance assumed at a position nothing has been drafted at yet
 WEIGHT = 0.3  # how far one observation moves the estimate (an exponential moving average)
-EXPLORE = 16  # rounds without a draft after which an adaptive request tries one token in a free row
+EXPLORE = 8  # rounds without a draft after which an adaptive request tries one token in a free row
 
 Drafter = Callable[[Sequence[int], int], list[int]]
 
