@@ -37,6 +37,9 @@ def ol_command() -> list[str]:
 # One answer cache for every ol run of a test session (ol's default is the user's cache folder).
 ANSWER_CACHE = Path(tempfile.mkdtemp(prefix="ol-test-cache-"))
 atexit.register(shutil.rmtree, ANSWER_CACHE, True)
+# ol start makes its JupyterLab defaults defaults of the environment's JupyterLab: here, of a scratch one.
+LAB_APP_DIR = Path(tempfile.mkdtemp(prefix="ol-test-jupyterlab-"))
+atexit.register(shutil.rmtree, LAB_APP_DIR, True)
 
 
 def ol(*args: str, workspace: Path | None = None, env: dict[str, str] | None = None, limit: float = 120) -> Ran:
@@ -45,6 +48,7 @@ def ol(*args: str, workspace: Path | None = None, env: dict[str, str] | None = N
     full_env["OL_CACHE_DIR"] = str(ANSWER_CACHE)
     full_env["OL_NO_WARM"] = "1"  # no background warmer competing with the tests for the CPU
     full_env["OL_LAST_WORKSPACE_FILE"] = ""  # scratch workspaces are not the learner's last one
+    full_env["JUPYTERLAB_DIR"] = str(LAB_APP_DIR)
     full_env.update(env or {})
     started = time.monotonic()
     done = subprocess.run([*ol_command(), *args], cwd=workspace or ROOT, env=full_env, capture_output=True,

@@ -53,3 +53,23 @@ def test_start_remembers_the_workspace_and_lab_finds_it(tmp_path):
 def test_start_remembers_nothing_when_told_not_to(tmp_path):
     assert ol("start", "L10.8", workspace=tmp_path).code == 0  # ol_helpers turns remembering off
     assert not (ROOT / ".ol-workspace").exists() or str(tmp_path) not in (ROOT / ".ol-workspace").read_text()
+
+
+def test_start_has_a_plain_jupyter_lab_save_the_widget_state_too(tmp_path):
+    """ol start makes saveState a default of the environment's JupyterLab (``overrides.d``), which
+    ol lab keeps under its own settings, with the installation's other defaults."""
+    app = tmp_path / "jupyterlab-app"
+    env = {"JUPYTERLAB_DIR": str(app)}
+    assert ol("start", "L10.8", "--workspace", "work", workspace=tmp_path, env=env).code == 0
+    written = json.loads((app / "settings" / "overrides.d" / "tinyllm-course.json").read_text())
+    assert written == {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
+    theirs = {"@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"}}
+    (app / "settings" / "overrides.json").write_text(json.dumps(theirs))
+    ran = ol("lab", "--workspace", "work", "--dry-run", workspace=tmp_path, env=env)
+    assert ran.code == 0, ran.text
+    overrides = json.loads((tmp_path / "work" / ".ol" / "lab-settings" / "overrides.json").read_text())
+    assert overrides == {**theirs, **written}
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    ran = ol("start", "L10.9", "--workspace", "work", workspace=tmp_path, env={"JUPYTERLAB_DIR": str(blocked / "app")})
+    assert ran.code == 0 and "a plain jupyter lab will not save the widgets' state" in ran.out, ran.text

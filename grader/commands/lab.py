@@ -18,13 +18,9 @@ from grader.core.errors import UsageError
 from grader.core.paths import course_root
 from grader.core.protocol import WORKSPACE_ENV
 from grader.layout.catalog import load_catalog
+from grader.layout.jupyter import LAB_DEFAULTS, installed_overrides, settings_dir
 from grader.layout.remembered import NOTEBOOK_MODULE, remember_workspace, remembered_file, remembered_workspace
 from grader.layout.workspace import Workspace, resolve_workspace
-
-# Defaults ol lab gives JupyterLab. Widget state saved with the notebook: a notebook reopened after
-# its kernel ended (the next day, a restart) shows its last figures instead of "Error displaying
-# widget: model not found". The learner's own settings still win over these defaults.
-LAB_DEFAULTS = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
 
 
 def _choose_workspace(arg: str | None) -> tuple[Workspace, str]:
@@ -59,17 +55,10 @@ def lab_command(ws: Workspace, extra: list[str], root: Path | None = None) -> tu
 
 
 def _write_settings(ws: Workspace) -> Path:
-    """A JupyterLab settings folder in the workspace's ``.ol/``: the installation's overrides,
-    if any, with :data:`LAB_DEFAULTS` on top."""
+    """A JupyterLab settings folder in the workspace's ``.ol/``: the installation's defaults, if
+    any, with :data:`~grader.layout.jupyter.LAB_DEFAULTS` on top."""
     folder = ws.state_dir / "lab-settings"
-    merged: dict = {}
-    try:
-        from jupyterlab.commands import get_app_dir
-
-        installed = Path(get_app_dir()) / "settings" / "overrides.json"
-        merged = json.loads(installed.read_text()) if installed.is_file() else {}
-    except (ImportError, OSError, ValueError):
-        merged = {}
+    merged = installed_overrides(settings_dir())
     for plugin, values in LAB_DEFAULTS.items():
         merged.setdefault(plugin, {}).update(values)
     try:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from grader.core.errors import GraderError, UsageError
 from grader.layout.catalog import Catalog, Module, load_catalog
+from grader.layout.jupyter import install_defaults
 from grader.layout.remembered import NOTEBOOK_MODULE, remember_workspace
 from grader.layout.workspace import Workspace, resolve_workspace
 from grader.verdict.warm import warm_in_background
@@ -35,6 +36,9 @@ def start(module_id: str, workspace: str | None = None, force: bool = False) -> 
         shutil.copyfile(stub, ws.learner_file(name))
         print(f"Wrote {ws.learner_file(name)}")
     remember_workspace(ws.root, catalog.root)  # for notebooks opened without ol lab
+    note = install_defaults()  # so does a plain jupyter lab save the figures with the notebooks
+    if note:
+        print(f"ol: note: {note}")
     print(_next_steps(catalog, module, ws))
     if warm_in_background(module):
         print("\n(ol is computing the named pitfalls' answers in the background, at low priority, so that "

@@ -19,6 +19,8 @@ copies of the notebooks so the repository's files are never modified. Then:
 6. Chapters 1, 5 and 7, saved, kernel shut down, reopened: no "Error displaying widget", the widgets
    show from the saved state. Then in the JupyterLab Dark theme, the banner, strips, chips, labels
    and check table have WCAG contrast >= 4.5 between text and background.
+7. The README's other route, a plain ``jupyter lab`` (no settings of ol's) after ``ol start``:
+   chapter 1 run, saved with its widget state, kernel shut down, reopened as in 6.
 
 Screenshots of each step go to ``--out`` (``NN_name.png``, ``…-reopened-dark.png``,
 ``…-failed.png`` on a failure). This script installs nothing: it needs the ``playwright`` Python
@@ -162,29 +164,36 @@ def write_reference_functions(learner: Path, *names: str, reference: Path = REFE
 
 
 class Lab:
-    """JupyterLab as ``ol lab --workspace work`` starts it, serving copies of the notebooks."""
+    """JupyterLab as ``ol lab --workspace work`` starts it, serving copies of the notebooks; with
+    ``plain``, as a plain ``jupyter lab notebooks/`` does (no settings of ol's)."""
 
-    def __init__(self, scratch: Path, notebooks: list[Path]) -> None:
+    def __init__(self, scratch: Path, notebooks: list[Path], plain: bool = False) -> None:
         self.token = secrets.token_hex(16)
         self.port = free_port()
-        self.root = scratch / "served"
+        self.root = scratch / ("served-plain" if plain else "served")
         self.root.mkdir()
         for nb in notebooks:
             shutil.copyfile(nb, self.root / nb.name)
         settings, workspaces = scratch / "settings", scratch / "workspaces"
         write_settings(settings)
-        workspaces.mkdir()
+        workspaces.mkdir(exist_ok=True)
         server_args = ["--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
                        f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
                        "--LabApp.news_url=None", f"--LabApp.user_settings_dir={settings}",
                        f"--LabApp.workspaces_dir={workspaces}"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             server_args.append("--allow-root")
-        command = [*ol_command(), "lab", "--workspace", "work", "--", *server_args]
-        self.log_path = scratch / "jupyterlab.log"
+        env = learner_env(scratch)
+        if plain:
+            # In a clone, jupyter lab notebooks/ runs each kernel beside the course package; these
+            # kernels run beside copies, so the package comes from the path.
+            env["PYTHONPATH"] = os.pathsep.join([str(NOTEBOOKS), env["PYTHONPATH"]])
+            command = [sys.executable, "-m", "jupyter", "lab", *server_args]
+        else:
+            command = [*ol_command(), "lab", "--workspace", "work", "--", *server_args]
+        self.log_path = scratch / ("jupyterlab-plain.log" if plain else "jupyterlab.log")
         self._log = open(self.log_path, "w")
-        self.process = subprocess.Popen(command, cwd=scratch, env=learner_env(scratch), stdout=self._log,
-                                        stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(command, cwd=scratch, env=env, stdout=self._log, stderr=subprocess.STDOUT)
 
     def url(self, path: str, query: str = "") -> str:
         return f"http://127.0.0.1:{self.port}/{path}?{query}token={self.token}"
@@ -345,8 +354,9 @@ def move_primary(page, outcome: Outcome) -> None:
 
 
 def save(page, lab: Lab, name: str, outcome: Outcome) -> None:
-    """Save from the File menu; the saved file must hold the widget state (ol lab's default). A save
-    that lands while an earlier one is still being written is tried once more."""
+    """Save from the File menu; the saved file must hold the widget state (the default ol lab sets,
+    and ol start for a plain jupyter lab). A save that lands while an earlier one is still being
+    written is tried once more."""
     for _ in range(2):
         page.wait_for_selector(IDLE, timeout=60_000)
         before = lab.api(f"api/contents/{name}?content=0")["last_modified"]
@@ -356,7 +366,7 @@ def save(page, lab: Lab, name: str, outcome: Outcome) -> None:
             if save_landed(lab, name, before):
                 return
             time.sleep(0.5)
-    outcome.problems.append("the saved notebook holds no widget state (ol lab sets saveState)")
+    outcome.problems.append("the saved notebook holds no widget state (ol lab and ol start set saveState)")
 
 
 def save_landed(lab: Lab, name: str, before: str) -> bool:
@@ -559,6 +569,17 @@ def edit_is_seen(page, outcome: Outcome, spec: Path) -> None:
     expect_label(page, outcome, "ngram_draft is not written yet")
 
 
+def run_and_save(lab: Lab, name: str, timeout_s: float):
+    """Run every cell, then save: in a plain jupyter lab, whose settings are the environment's."""
+    def body(page, outcome: Outcome) -> None:
+        open_notebook(page, lab, name)
+        if run_all(page, outcome, timeout_s):
+            save(page, lab, name, outcome)
+            outcome.found = f"saved with the state of {len(widget_state(lab, name))} widget models"
+
+    return body
+
+
 def reopened(lab: Lab, name: str):
     """Saved, kernel ended: open again without running; then the dark theme."""
     def body(page, outcome: Outcome) -> None:
@@ -637,6 +658,16 @@ def main(argv: list[str] | None = None) -> int:
             for nb in notebooks:
                 if nb.name in saved:
                     outcomes.append(step(context, lab, out, f"{nb.stem}-reopened-dark", reopened(lab, nb.name)))
+                    report(outcomes[-1])
+            if any(nb.name == FIRST_CHAPTER for nb in notebooks):
+                # The README's other route: a plain jupyter lab, after ol start.
+                lab.stop()
+                lab = Lab(scratch, [NOTEBOOKS / FIRST_CHAPTER], plain=True)
+                lab.wait_ready()
+                stem = Path(FIRST_CHAPTER).stem
+                for label, body in ((f"{stem}-plain-jupyter-lab", run_and_save(lab, FIRST_CHAPTER, args.timeout)),
+                                    (f"{stem}-plain-reopened-dark", reopened(lab, FIRST_CHAPTER))):
+                    outcomes.append(step(context, lab, out, label, body))
                     report(outcomes[-1])
             browser.close()
     except CannotRun as err:
