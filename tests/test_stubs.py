@@ -104,6 +104,21 @@ def test_each_stub_names_file_function_module_card_and_section(module, name):
         assert match.group(1) == qualname and match.group(2) in sections, message
 
 
+@pytest.mark.parametrize("module, name", FILES, ids=IDS)
+def test_a_docstring_citing_its_own_section_cites_its_banner_s(module, name):
+    """The banner is a function's one home for its section: a "(section 2.4)" in the docstring of a
+    function the learner writes must say the same, or the card was renumbered behind it."""
+    reference = reference_text(name)
+    tasks = {t.qualname: t.section for t in make_stub(reference, name, module.id, module.card)[1]}
+    cited = 0
+    for qualname, node in definitions(ast.parse(reference)).items():
+        for section in re.findall(r"\(section (\d+(?:\.\d+)*)\)", ast.get_docstring(node) or ""):
+            if qualname in tasks:
+                cited += 1
+                assert section == tasks[qualname], f"{qualname}: its docstring cites {section}, its banner {tasks[qualname]}"
+    assert cited or module.id == "L10.1", "no docstring cites its section: is the pattern still right?"
+
+
 def test_ol_stubs_check_names_a_stale_stub_and_ol_stubs_rewrites_it(tmp_path):
     for folder in ("course", "solutions"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
