@@ -4,4 +4,6 @@ or another test's, not this run's."""
 
 import os
 
-os.environ.setdefault("OL_LAST_WORKSPACE_FILE", "")
+from grader.core.protocol import REMEMBER_ENV
+
+os.environ.setdefault(REMEMBER_ENV, "")

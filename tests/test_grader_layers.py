@@ -1,4 +1,5 @@
-"""The grader's layers (grader/README.md): no import cycle, and no import that goes up a layer.
+"""The grader's layers (grader/README.md): no import cycle, no import that goes up a layer, no verb
+importing another.
 
 Every ``import`` of a ``grader`` module counts, at the top of a file or inside a function.
 """
@@ -46,6 +47,9 @@ def test_no_cycle_and_no_import_up_the_layers():
     upward = [f"{a} -> {b}" for a, targets in graph.items() for b in targets
               if layer(b) != layer(a) and layer(b) not in MAY_IMPORT[layer(a)]]
     assert not upward, f"imports that go up the layers: {upward}"
+    verbs = [f"{a} -> {b}" for a, targets in graph.items() for b in targets
+             if layer(a) == layer(b) == "commands" and a != "grader.commands"]
+    assert not verbs, f"a verb imports another (put what they share in a layer below): {verbs}"
     state: dict[str, str] = {}
 
     def visit(node: str, path: list[str]) -> None:
