@@ -144,7 +144,10 @@ class Weight:
     order. OpenBLAS runs a gemm that small straight from its operands, near the core's peak; a
     16-row gemm over all the columns it runs by first copying the whole weight into its own
     layout, then with a kernel that is slow at 16 rows (``bench/README.md``, issue 22). Every block
-    is the same shape, so each output column is summed the same way in every pass.
+    is the same shape, so each output column is summed the same way in every pass. The engine sets
+    no ``OPENBLAS_CORETYPE``: forcing OpenBLAS's Haswell kernels on this AVX-512 CPU speeds up a
+    16-row gemm over a whole weight, but they have no direct kernel, and these blocks then cost
+    about 1.7 times as much (measured, ``bench/README.md``).
 
     ``free_rows``: this BLAS computes each row of a block gemm the same whatever the gemm's row
     count (2 to ``GEMM_ROWS``) and the row's place in it (:func:`rows_free`, probed once per
