@@ -273,7 +273,7 @@ def layouts(m: smollm2.SmolLM2, context: list[int], repeats: int) -> list[dict]:
     bitwise the row a one-token pass gives (batch invariance), and what does a pass cost?"""
     model = m.model
     candidates = {
-        "16 x 32 gemms per column block (the engine)": None,
+        "column-block gemms, rows as fed where probed free (the engine)": None,
         "16-row gemms over all columns": _gemm_blocks(model, lambda n: 16),
         "4-row gemms": _gemm_blocks(model, lambda n: 4),
         "8-row gemms": _gemm_blocks(model, lambda n: 8),
