@@ -176,7 +176,7 @@ class Weight:
         otherwise row ``j`` of ``a`` sits at stacked row ``rows[j]`` of 16-row gemms, as
         :func:`matmul` places it. With ``threads > 1``, ``workers`` run that many shares of the
         blocks."""
-        count, cols = self.blocks[0].shape[0], GEMM_COLS
+        count, _, cols = self.blocks[0].shape
         n, k = a.shape
         if self.free_rows:
             height = n + (n % GEMM_ROWS == 1)
