@@ -82,7 +82,7 @@ def check(*tests: str, runner: Runner = _run) -> CheckReport:
     """Run these graded tests of the module through ``ol check`` and return the table.
 
     Your workspace is checked when your code is running; otherwise a scratch workspace holding a
-    copy of the reference ``spec.py``, so you see what a full pass looks like.
+    copy of the reference's learner file, so you see what a full pass looks like.
     """
     refresh()
     running = current()

@@ -60,14 +60,14 @@ class Session:
         return (st.st_mtime_ns, st.st_size), hashlib.sha256(data).hexdigest(), data.decode("utf-8")
 
     def adopt(self, module) -> None:
-        """Take over the freshly imported spec module: note its source, wrap your functions."""
+        """Take over the freshly imported learner module: note its source, wrap your functions."""
         self.module = module
         self.stamp, self.digest, self.text = self._read()
         self._load_reference()
         self._wrap()
 
     def _load_reference(self) -> None:
-        """The reference's spec.py executed on its own, its globals pointing at your types and
+        """The reference's learner file executed on its own, its globals pointing at your types and
         functions, so a reference function run in place of a stub works on your values."""
         source = REFERENCE / self.chapter.learner_file
         module = types.ModuleType(f"tinyllm._reference_{self.chapter.stem}")
@@ -92,7 +92,7 @@ class Session:
         return (st.st_mtime_ns, st.st_size) != self.stamp
 
     def refresh(self) -> bool:
-        """Reload your spec.py if it changed since it was loaded; True when a new version runs."""
+        """Reload your learner file if it changed since it was loaded; True when a new version runs."""
         if not self.changed():
             return False
         try:
