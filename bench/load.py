@@ -3,24 +3,32 @@
 Closed loop at concurrency B: ``tinyllm.serve.Server`` runs at most B requests at once, admitting
 the next queued request as one ends (``--quick``: B in 1, 4, 16; else 1, 2, 4, 8, 16, 32).
 Workloads: code-edit (continue or edit a given function: prompt lookup is accepted often), prose
-(free text: rarely), and a traffic shift (B code-edit requests, then B prose requests, each with
+(free text: rarely), and a traffic shift (B code-edit requests, then prose requests, each with
 half the output budget); ``--quick`` runs code-edit and the shift (whose second half is prose).
-A cell serves ``waves`` x B requests, and at least four.
+A cell runs until each policy has emitted the tokens of ``waves`` x B requests (at least four),
+with a queue long enough that B requests run all that time; the requests still running are then
+cancelled (a drain is not concurrency B). Output budgets vary from half to one and a half times
+``max_new`` (real answers vary; equal budgets would keep plain decoding's requests in lockstep).
 Policies: plain batched decoding (``off``), static k in 2, 4, 8, 15, and ``adaptive`` (the goodput
-rule on a cost table profiled at start, ``tinyllm.serve.profile``). Every request's prompt ends
-with a few filler words chosen so that requests start at different gemm slots (``p % 16``), as
-requests of a real queue do; prompts share their leading blocks through the prefix index.
+rule on a cost table profiled at start at the cells' context, ``tinyllm.serve.profile``). Every
+request's prompt ends with a few filler words so that requests start at different gemm slots
+(``p % 16``; the fillers reach 14 of the 16); every prompt's full blocks are computed once and
+pinned in the prefix index, so a request feeds only the last block of its prompt.
 
-Per cell: tokens/s (the median over interleaved repeats; each ratio is the median of the ratios
-measured in one repeat, so a busy spell slows both sides) in CPU seconds of this process (one
-thread: on a core of its own that is wall-clock time; on a shared machine it leaves out the time
-other processes held the core, which wall-clock tokens/s, also printed, does not); 16-row gemms
-fed per emitted token (deterministic), acceptance, per-token latency (a request's CPU time from first to last token over
-its tokens, the median over requests). Greedy output of a request must be the same in every cell
-it runs in (alone at B = 1 included); the script exits with status 1 if it is not.
+Per cell: tokens/s (the median over repeats; each ratio is the median of the ratios measured in
+one repeat) in CPU seconds of this process (one thread: on a core of its own that is wall-clock
+time; on a shared machine it leaves out the time other processes held the core, which wall-clock
+tokens/s, also printed, does not). The policies of a cell run side by side, one server each,
+their steps taken in turn, so a busy spell of the machine slows them alike. Also 16-row gemms fed
+per emitted token (deterministic), acceptance, tokens per pass, per-token latency (a request's
+CPU time from first to last token over its tokens, the median over requests), and the step time
+measured against the cost table's (how honest the table the policy reads is). Greedy output of a
+request must be the same in every cell it runs in (alone at B = 1 included, a shorter output a
+prefix of a longer); the script exits with status 1 if it is not.
 It prints the cost table, the crossover the table predicts for each static k (the first B where
-``AL(k) * T(plain) / T(k)`` falls below 1, gemms packed ideally, AL from the B = 1 run) beside the
-measured one, writes ``load.json`` and ``load.png`` to ``--out``, and ends with one line:
+``AL(k) * T(plain) / T(k)`` falls below 1, the gemms those of the cell's first B requests' slots,
+AL from the B = 1 run) beside the measured one, writes ``load.json`` and ``load.png`` to
+``--out``, and ends with one line:
 
     load: static k=K below plain from B=X (worst W.WWx); adaptive vs plain min M.MMx over B, B=1 S.SSx; adaptive vs best static min R.RRx; blocks per token adaptive <= plain: yes|no
 
@@ -38,6 +46,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one thread: steadier timin
 
 import argparse
 import json
+import random
 import statistics
 import sys
 import time
@@ -53,6 +62,8 @@ from tinyllm.serve import CostTable, Policy, Server, gemm_blocks, profile  # noq
 
 BLOCK_TOKENS = 16
 MIN_REQUESTS = 4
+SLOT_SEED = 16
+LENGTHS = (1.0, 0.5, 1.5, 0.75, 1.25)  # output budgets over max_new: mean 1
 STATIC = (2, 4, 8, 15)
 POLICIES = [Policy("off")] + [Policy("static", k) for k in STATIC] + [Policy("adaptive")]
 FILLER = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar "
@@ -69,15 +80,17 @@ class Workloads:
 
 
 def spread(make, count: int) -> list[list[int]]:
-    """``count`` prompts ``make(n)`` (n filler words), the i-th starting its output at the i-th of
-    the gemm slots some n reaches, in order, and round again: requests of a queue do not all start
-    in step. The 27 fillers reach 14 of the 16 slots on both models' workloads, so four requests sit
-    on four slots and sixteen share two slots: plain decoding pays a second gemm at B = 16."""
+    """``count`` prompts ``make(n)`` (n filler words), each starting its output at another of the
+    gemm slots some n reaches, in an order shuffled once (seeded), and round again: requests of a
+    queue do not start in step, nor on slots that follow their order in the queue (then requests
+    admitted one step apart would meet on one slot). The 27 fillers reach 14 of the 16 slots on
+    both models' workloads: four requests sit on four slots, sixteen share two."""
     by_slot: dict[int, list[int]] = {}
     for n in range(len(FILLER) + 1):
         ids = make(n)
         by_slot.setdefault(len(ids) % BLOCK_TOKENS, ids)
     slots = sorted(by_slot)
+    random.Random(SLOT_SEED).shuffle(slots)
     return [by_slot[slots[i % len(slots)]] for i in range(count)]
 
 
@@ -116,12 +129,19 @@ def smollm2_workloads(count: int, max_new: int):
     return m.model, Workloads(prompts, [m.eos], max_new)
 
 
+def budget(max_new: int, i: int) -> int:
+    """The i-th request's output budget: ``max_new`` on average, from half to one and a half
+    times it, as answers in real traffic vary. With equal budgets plain decoding's requests would
+    start and end in lockstep, on slots that never meet, which a server never sees."""
+    return max(1, round(max_new * LENGTHS[i % len(LENGTHS)]))
+
+
 @dataclass
 class Cell:
     tokens: dict[tuple, list[int]]  # prompt -> greedy output
-    seconds: float                # CPU seconds of this process, steps at full concurrency
+    seconds: float                # CPU seconds of this process, the cell's own steps
     wall: float
-    emitted: int                  # tokens, blocks and steps: at full concurrency
+    emitted: int                  # tokens, blocks and steps until the cell's target
     blocks: int
     steps: int
     predicted: float              # the cost table's seconds for those steps
@@ -166,7 +186,7 @@ class Run:
         self.stamps: dict[int, list[float]] = {}
         for i, prompt in enumerate(prompts):
             self.stamps[i] = []
-            self.server.submit(prompt, SamplingParams(), seed=i, max_new=max_new, eos=eos,
+            self.server.submit(prompt, SamplingParams(), seed=i, max_new=budget(max_new, i), eos=eos,
                                on_token=lambda token, logprob, s=self.stamps[i]: s.append(self.now()) or True)
         self.seconds = self.wall = self.predicted = 0.0
         self.blocks = self.emitted = self.steps = 0
@@ -175,20 +195,17 @@ class Run:
         return self.clock + time.process_time() - self.began
 
     def step(self, cost: CostTable) -> None:
-        server = self.server
-        full = len(server.running) + len(server.queue) >= self.batch
         wall, self.began = time.perf_counter(), time.process_time()
-        report = server.step()
+        report = self.server.step()
         spent = time.process_time() - self.began
         self.clock += spent
-        if full:
-            self.seconds += spent
-            self.wall += time.perf_counter() - wall
-            self.blocks += report.blocks
-            self.emitted += report.emitted
-            self.steps += 1
-            self.predicted += cost.step_seconds(report.blocks, report.rows, len(report.ks),
-                                                sum(k > 0 for k in report.ks.values()))
+        self.seconds += spent
+        self.wall += time.perf_counter() - wall
+        self.blocks += report.blocks
+        self.emitted += report.emitted
+        self.steps += 1
+        self.predicted += cost.step_seconds(report.blocks, report.rows, len(report.ks),
+                                            sum(k > 0 for k in report.ks.values()))
 
     def cell(self, prompts: list[list[int]]) -> Cell:
         results = self.server.results
@@ -200,19 +217,26 @@ class Run:
 
 
 def run_cells(model, pool, cost: CostTable, policies: list[Policy], prompts: list[list[int]], batch: int,
-              max_new: int, eos: list[int]) -> dict[str, Cell]:
-    """Serve ``prompts`` (in order) at concurrency ``batch`` to the end under every policy, one
-    server per policy, their steps taken in turn: a busy spell of the machine slows every policy
-    alike. Time, tokens and gemms count the steps that start with ``batch`` requests running or
-    queued: the closed loop at concurrency B. The drain after the queue runs dry (fewer than B
-    requests left) is served and checked but not counted: there plain decoding's requests, in
-    lockstep, end together, while speculating ones end one by one and leave passes of one or two."""
+              max_new: int, eos: list[int], target: int) -> dict[str, Cell]:
+    """Serve the queue ``prompts`` at concurrency ``batch`` under every policy, one server per
+    policy, their steps taken in turn (a busy spell of the machine slows every policy alike),
+    each until it has emitted ``target`` tokens: the queue is long enough that B requests run
+    all that time, the closed loop at concurrency B. The requests still running then are
+    cancelled (their blocks given back; their output so far is checked like the rest): a drain,
+    fewer than B requests left, is no longer concurrency B."""
     free = pool.num_free()
     runs = [Run(model, pool, cost, policy, prompts, batch, max_new, eos) for policy in policies]
-    while any(not run.server.idle() for run in runs):
+    while any(run.emitted < target for run in runs):
         for run in runs:
-            if not run.server.idle():
+            if run.emitted < target:
+                if run.server.idle():
+                    raise SystemExit(f"FAIL: the queue ran dry before {target} tokens ({run.policy}, B={batch})")
                 run.step(cost)
+    for run in runs:
+        run.server.queue.clear()
+        for r in list(run.server.running):
+            run.server.running.remove(r)
+            run.server._finish(r)
     if pool.num_free() != free:
         raise SystemExit(f"FAIL: {free - pool.num_free()} blocks leaked (B={batch})")
     return {str(run.policy): run.cell(prompts) for run in runs}
@@ -221,27 +245,32 @@ def run_cells(model, pool, cost: CostTable, policies: list[Policy], prompts: lis
 def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloads: list[str], waves: int,
             repeats: int):
     """Every (workload, B, policy) cell, ``repeats`` times, the policies' steps interleaved (their
-    order turns by one each repeat so none always steps first). The shift serves B code-edit requests then
-    B prose requests, each with half the output budget."""
+    order turns by one each repeat so none always steps first). A cell counts the time of the
+    tokens ``waves`` x B requests (at least four) emit; the shift serves B code-edit requests
+    then prose requests, each with half the output budget, for as many tokens."""
     code, prose = work.prompts["code-edit"], work.prompts["prose"]
 
     def count(b: int) -> int:  # at least four requests a cell: the pooled estimate has some to learn from
         return max(b * waves, MIN_REQUESTS)
 
-    def shifted(b: int) -> int:  # B code-edit requests, then B prose requests (at least two of each)
+    def shifted(b: int) -> int:  # B code-edit requests, then prose (at least two of each)
         return max(b, MIN_REQUESTS // 2)
 
-    loads = {"code-edit": (lambda b: code[:count(b)], work.max_new),
-             "prose": (lambda b: prose[:count(b)], work.max_new),
-             "shift": (lambda b: code[:shifted(b)] + prose[shifted(b):2 * shifted(b)], work.max_new // 2)}
+    def queue(prompts: list[list[int]], n: int) -> list[list[int]]:  # enough that B stay busy
+        return [prompts[i % len(prompts)] for i in range(n)]
+
+    loads = {"code-edit": (lambda b: queue(code, 3 * count(b) + b), work.max_new, lambda b: count(b) * work.max_new),
+             "prose": (lambda b: queue(prose, 3 * count(b) + b), work.max_new, lambda b: count(b) * work.max_new),
+             "shift": (lambda b: code[:shifted(b)] + queue(prose[shifted(b):] + prose[:shifted(b)], 4 * shifted(b) + b),
+                       work.max_new // 2, lambda b: shifted(b) * work.max_new)}
     pool = warm_pool(model, work, max(batches))
     cells: dict[tuple, list[Cell]] = {}
     for rep in range(repeats):
         for b in batches:
             for name in workloads:
-                requests, max_new = loads[name]
+                requests, max_new, target = loads[name]
                 order = POLICIES[rep % len(POLICIES):] + POLICIES[:rep % len(POLICIES)]
-                ran = run_cells(model, pool, cost, order, requests(b), b, max_new, work.eos)
+                ran = run_cells(model, pool, cost, order, requests(b), b, max_new, work.eos, target(b))
                 for policy in POLICIES:
                     cells.setdefault((name, b, str(policy)), []).append(ran[str(policy)])
     return cells

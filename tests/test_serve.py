@@ -247,7 +247,8 @@ def test_bad_inputs_refused(small):
 # --- the policy (sections 2.1 to 2.3) --------------------------------------------------------
 
 def test_acceptance_update_sees_only_what_was_drafted():
-    a = Acceptance()
+    assert Acceptance().rates == [PRIOR] * MAX_DRAFT
+    a = Acceptance([0.5] * MAX_DRAFT)
     a.update(0, 0)
     assert a.rates == [0.5] * MAX_DRAFT
     a.update(4, 2)  # positions 1, 2 accepted, 3 rejected, 4 not tried

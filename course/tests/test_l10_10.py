@@ -13,7 +13,7 @@ from grader.cases import Case, call, check, raises
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams
-from tinyllm.serve import (MAX_DRAFT, PRIOR, CostTable, Lane, Policy, Server, adaptive_ks, choose_ks, expected_tokens,
+from tinyllm.serve import (MAX_DRAFT, CostTable, Lane, Policy, Server, adaptive_ks, choose_ks, expected_tokens,
                            gemm_blocks, goodput, observe, survival)
 from tinyllm.spec import SpecConfig, generate
 
@@ -46,7 +46,7 @@ ACCEPT_RULE = ("card 2.1: a round that drafted d and kept n observes positions 1
 
 
 def updated(rounds) -> list[float]:
-    rates = [PRIOR] * MAX_DRAFT
+    rates = [0.5] * MAX_DRAFT
     for drafted, accepted in rounds:
         rates = observe(rates, drafted, accepted)
     return rounded(rates)

@@ -23,7 +23,6 @@ is the plain path: no drafter call, no extra row. Section numbers refer to ``cou
 # ol tests L10.10 lists the tests, ol check L10.10 grades them.
 # END PROMPT
 
-import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -37,9 +36,9 @@ from .sampling import SamplingParams, stream
 from .spec import Generated, SpecError, SpecStats, blocks_for, prompt_lookup, rollback, verify_draft
 
 MAX_DRAFT = GEMM_ROWS - 1  # a request's last token and its draft fit one gemm's 16 rows
-PRIOR = 0.5   # acceptance assumed at a position nothing has been drafted at yet
+PRIOR = 0.85  # acceptance assumed at a position nothing has been drafted at yet (vLLM's adaptive k: 0.85)
 WEIGHT = 0.3  # how far one observation moves the estimate (an exponential moving average)
-EXPLORE = 8  # rounds without a draft after which an adaptive request tries one token in a free row
+EXPLORE = 16  # rounds without a draft after which an adaptive request tries one token in a free row
 
 Drafter = Callable[[Sequence[int], int], list[int]]
 
@@ -247,17 +246,13 @@ def goodput(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable) -> float:
 
 
 def adaptive_ks(lanes: Sequence[Lane], cost: CostTable) -> list[int]:
-    """Each request's ``k`` for the highest goodput (section 2.3).
+    """Each request's ``k`` for the highest goodput within the gemms the plain pass runs (section 2.3).
 
-    For each gemm count ``g`` from the plain pass's up: draft slots go, likeliest to be accepted
-    first, to requests whose next row still finds room in ``g`` gemms, while a slot's survival
-    ``s`` pays for its row (``s / extra seconds`` above the step's goodput so far). The best ``g``
-    wins, if it expects no more gemms per token than plain decoding (``tokens * g0 >= n * g``).
-    The search ends at the first ``g`` that does not beat the one before (goodput rises to one
-    peak as gemms are added) or does not pay for its gemms, at a ``g`` that could not beat the best
-    even with its free rows all taken by the likeliest slots, or once every slot found room. A
-    slot whose ``s`` does not beat the plain pass's goodput per row it costs never helps, and is
-    not considered.
+    Draft slots go, likeliest to be accepted first, to requests whose next row still finds room
+    in those gemms, while a slot's survival ``s`` pays for its row (``s / extra seconds`` above
+    the step's goodput so far). No gemm is added: a draft then never feeds more gemms per
+    expected token than plain decoding. A slot whose ``s`` does not beat the plain pass's goodput
+    per row it costs never helps, and is not considered.
     """
     # BEGIN SOLUTION
     n = len(lanes)
@@ -265,9 +260,9 @@ def adaptive_ks(lanes: Sequence[Lane], cost: CostTable) -> list[int]:
     for lane in lanes:
         for p in range(lane.start, lane.start + lane.fixed):
             counts[p % GEMM_ROWS] += 1
-    base_rows = sum(lane.fixed for lane in lanes)
-    g0 = g = max(counts)
-    best, best_ks = n / cost.step_seconds(g, base_rows, n), [0] * n
+    g = max(counts)
+    tokens, seconds = float(n), cost.step_seconds(g, sum(lane.fixed for lane in lanes), n)
+    best = tokens / seconds
     slots = []
     for i, lane in enumerate(lanes):
         first = lane.start + lane.fixed - 1
@@ -277,29 +272,13 @@ def adaptive_ks(lanes: Sequence[Lane], cost: CostTable) -> list[int]:
                 break
             slots.append((s, i, m, (first + m) % GEMM_ROWS, extra))
     slots.sort(key=lambda c: (-c[0], c[1], c[2]))
-    likeliest = list(itertools.accumulate((c[0] for c in slots), initial=0.0))
-    while slots:
-        room = min(len(slots), GEMM_ROWS * g - base_rows)
-        if n + likeliest[room] <= best * cost.step_seconds(g, base_rows, n):
-            break
-        fixed_seconds = cost.step_seconds(g, 0, n)
-        used, ks = counts[:], [0] * n
-        tokens, seconds, left = float(n), fixed_seconds + base_rows * cost.row_seconds, len(slots)
-        for s, i, m, slot, extra in slots:
-            if ks[i] != m - 1 or used[slot] >= g or s * seconds <= tokens * extra:
-                continue
-            used[slot] += 1
-            ks[i], tokens, seconds, left = m, tokens + s, seconds + extra, left - 1
-        # A gemm the plain pass does not run must also pay for itself in tokens: no more gemms per
-        # expected token than plain decoding (on a machine where gemms are cheap and requests dear,
-        # seconds alone would trade the pool's compute for a little time).
-        better = tokens / seconds > best and tokens * g0 >= n * g
-        if better:
-            best, best_ks = tokens / seconds, ks
-        if not better or left == 0:  # past the peak, or every slot found room
-            break
-        g += 1
-    return best_ks
+    ks = [0] * n
+    for s, i, m, slot, extra in slots:
+        if ks[i] != m - 1 or counts[slot] >= g or s * seconds <= tokens * extra:
+            continue
+        counts[slot] += 1
+        ks[i], tokens, seconds = m, tokens + s, seconds + extra
+    return ks
     # END SOLUTION
 
 

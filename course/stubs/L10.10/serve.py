@@ -21,7 +21,6 @@ is the plain path: no drafter call, no extra row. Section numbers refer to ``cou
 # starting with observe; write them in the order of the list at the top of the card's section 2.
 # ol tests L10.10 lists the tests, ol check L10.10 grades them.
 
-import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -35,9 +34,9 @@ from .sampling import SamplingParams, stream
 from .spec import Generated, SpecError, SpecStats, blocks_for, prompt_lookup, rollback, verify_draft
 
 MAX_DRAFT = GEMM_ROWS - 1  # a request's last token and its draft fit one gemm's 16 rows
-PRIOR = 0.5   # acceptance assumed at a position nothing has been drafted at yet
+PRIOR = 0.85  # acceptance assumed at a position nothing has been drafted at yet (vLLM's adaptive k: 0.85)
 WEIGHT = 0.3  # how far one observation moves the estimate (an exponential moving average)
-EXPLORE = 8  # rounds without a draft after which an adaptive request tries one token in a free row
+EXPLORE = 16  # rounds without a draft after which an adaptive request tries one token in a free row
 
 Drafter = Callable[[Sequence[int], int], list[int]]
 
@@ -218,17 +217,13 @@ def goodput(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable) -> float:
 
 
 def adaptive_ks(lanes: Sequence[Lane], cost: CostTable) -> list[int]:
-    """Each request's ``k`` for the highest goodput (section 2.3).
+    """Each request's ``k`` for the highest goodput within the gemms the plain pass runs (section 2.3).
 
-    For each gemm count ``g`` from the plain pass's up: draft slots go, likeliest to be accepted
-    first, to requests whose next row still finds room in ``g`` gemms, while a slot's survival
-    ``s`` pays for its row (``s / extra seconds`` above the step's goodput so far). The best ``g``
-    wins, if it expects no more gemms per token than plain decoding (``tokens * g0 >= n * g``).
-    The search ends at the first ``g`` that does not beat the one before (goodput rises to one
-    peak as gemms are added) or does not pay for its gemms, at a ``g`` that could not beat the best
-    even with its free rows all taken by the likeliest slots, or once every slot found room. A
-    slot whose ``s`` does not beat the plain pass's goodput per row it costs never helps, and is
-    not considered.
+    Draft slots go, likeliest to be accepted first, to requests whose next row still finds room
+    in those gemms, while a slot's survival ``s`` pays for its row (``s / extra seconds`` above
+    the step's goodput so far). No gemm is added: a draft then never feeds more gemms per
+    expected token than plain decoding. A slot whose ``s`` does not beat the plain pass's goodput
+    per row it costs never helps, and is not considered.
     """
     raise NotImplementedError("serve.adaptive_ks (L10.10): not written yet -- "
                               "see course/L10.10.md section 2.3")
