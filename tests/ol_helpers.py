@@ -49,6 +49,7 @@ def ol(*args: str, workspace: Path | None = None, env: dict[str, str] | None = N
     full_env["OL_NO_WARM"] = "1"  # no background warmer competing with the tests for the CPU
     full_env["OL_LAST_WORKSPACE_FILE"] = ""  # scratch workspaces are not the learner's last one
     full_env["JUPYTERLAB_DIR"] = str(LAB_APP_DIR)
+    full_env["COLUMNS"] = "120"  # tables as wide as without a terminal, whatever the runner exports
     full_env.update(env or {})
     started = time.monotonic()
     done = subprocess.run([*ol_command(), *args], cwd=workspace or ROOT, env=full_env, capture_output=True,

@@ -4,8 +4,15 @@ Each ``bNN_*.patch`` there is a mistake learners make when they write ``spec.py`
 ``trees.py`` (L10.9) from the card (the folder's README says what the learner did and which rule
 of the card it breaks); none is one of the named pitfalls. The patch is applied to the reference
 file in a fresh workspace and ``ol check`` runs as a learner would, on the whole suite and then
-with ``-k`` each test that failed: the check must fail, and since no named pitfall gives the same
-answers, no hint may name one; on the whole suite ol must say it is not a named pitfall.
+with ``-k`` each failed test that alone could name a pitfall: the check must fail, and since no
+named pitfall gives the same answers, no hint may name one; on the whole suite ol must say it is
+not a named pitfall.
+
+A test run alone is diagnosed from its own cases, as on the whole suite, so a pitfall hinted with
+``-k`` must be in that test's ``alone`` list of the whole run's JSON (``grader/README.md``): ``-k``
+runs where that list is empty could not hint and are not rerun. Statistical tests are the
+exception: on the whole suite they compare only pitfalls no other failing test ruled out, so they
+are always rerun alone. ``tests/test_ol_diagnosis.py`` checks ``-k`` against every named pitfall.
 """
 
 import json
@@ -15,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from ol_helpers import ROOT
-from test_ol_diagnosis import check_as_learner, hints, learner_workspace
+from test_ol_diagnosis import MODULES, check_as_learner, hints, learner_workspace
 
 BUGS_DIR = ROOT / "tests" / "learner_bugs"
+STATISTICAL = {(mid, t["name"]) for mid, m in MODULES.items() for t in m["test"] if t["kind"] == "statistical"}
 BUGS = sorted(BUGS_DIR.glob("b*.patch"))
 MODULE_OF_FILE = {"spec.py": "L10.8", "trees.py": "L10.9"}
 
@@ -26,6 +34,14 @@ def module_of(patch: Path) -> str:
     files = set(re.findall(r"^\+\+\+ b/solutions/tinyllm/(\S+)", patch.read_text(), re.M))
     assert len(files) == 1 and files <= MODULE_OF_FILE.keys(), f"{patch.name} changes {files}"
     return MODULE_OF_FILE[files.pop()]
+
+
+def could_hint_alone(module: str, result: dict) -> bool:
+    """Whether ``ol check -k`` of this failed test could name a pitfall, from the whole run's JSON."""
+    d = result["diagnosis"]
+    if d is None or (module, result["name"]) in STATISTICAL:
+        return True
+    return bool(d["differing_cases"] and d["alone"])
 
 
 def test_the_battery_holds_sixty_bugs_each_in_the_readme():
@@ -46,11 +62,12 @@ def test_learner_bug_fails_and_no_hint_blames_a_pitfall(patch: Path, tmp_path):
     found = hints(ran.out)
     blamed = [line for line in found if line.startswith("Hint:")]
     assert not blamed, f"{patch.stem} is not a named pitfall, yet on the whole suite: {blamed}"
-    differing = [t["name"] for t in json.loads((tmp_path / "results.json").read_text())["tests"]
-                 if (t["diagnosis"] or {}).get("differing_cases")]
-    if differing:
+    tests = json.loads((tmp_path / "results.json").read_text())["tests"]
+    if any((t["diagnosis"] or {}).get("differing_cases") for t in tests):
         assert any(line.startswith("Not a named pitfall") for line in found), ran.out[-3000:]
-    for test in re.findall(r"^  FAIL     (\w+)", ran.out, re.M):
+    failed = re.findall(r"^  FAIL     (\w+)", ran.out, re.M)
+    assert failed, ran.out[-3000:]
+    for test in [t["name"] for t in tests if t["name"] in failed and could_hint_alone(module, t)]:
         alone = check_as_learner(module, ws, "-k", test)
         blamed = [line for line in hints(alone.out) if line.startswith("Hint:")]
         assert not blamed, f"{patch.stem} is not a named pitfall, yet with -k {test}: {blamed}"

@@ -174,7 +174,8 @@ def test_each_test_is_bounded_from_the_reference(tmp_path):
                      ran.out), ran.out
     tests = {t["name"]: t for t in json.loads((out / "001-sleepy.json").read_text())["tests"]}
     hand = tests["hand_example_prompt_lookup"]
-    assert hand["status"] != "pass" and "timed out after 2 s" in hand["message"], hand
+    # 2 s of CPU; on a machine too busy to give it 2 s of CPU within 4 s, the clock's bound ends it first.
+    assert hand["status"] != "pass" and re.search(r"timed out after (2 s|4 s on the clock)", hand["message"]), hand
     assert tests["config_parses_runtime_values"]["status"] == "pass"
 
 

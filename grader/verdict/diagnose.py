@@ -125,7 +125,7 @@ class Diagnosis:
             return None
         named = [p.id for p, _ in self.ranked()]
         return {"summary": d.summary(self.module, named), "pitfalls": [p for p in d.pitfalls if p in named],
-                "differing_cases": d.differing, "cases": d.cases}
+                "alone": list(d.pitfalls), "differing_cases": d.differing, "cases": d.cases}
 
     def hint_lines(self) -> list[str]:
         ranked = self.ranked()
