@@ -8,18 +8,20 @@ values written in their shortest round-tripping decimal form, so reading them ba
 exact.
 """
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "solutions"))
+sys.path.insert(0, str(ROOT / "oracle"))
 
 import numpy as np  # noqa: E402
 
 from tinyllm.pcg32 import Pcg32  # noqa: E402
 from tinyllm.sampling import SamplingParams, distribution, sample, stream  # noqa: E402
+
+from golden import write_main  # noqa: E402
 
 CASES = 120
 KINDS = ("greedy", "temperature", "top_k", "top_p", "min_p", "everything")
@@ -140,13 +142,5 @@ def render(fixture: dict) -> str:
     return "{\n" + ",\n".join(sections) + "\n}\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON fixture")
-    args = parser.parse_args()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(build()))
-
-
 if __name__ == "__main__":
-    main()
+    write_main(__doc__, build, render)

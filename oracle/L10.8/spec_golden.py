@@ -24,8 +24,6 @@ The first two lists' original cases come from one seeded numpy generator, each l
 a seeded generator of its own, and the JSON is written with sorted keys and a fixed layout, so a
 second run writes the same bytes."""
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -33,6 +31,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "solutions"))
+sys.path.insert(0, str(ROOT / "oracle"))
 
 from tinyllm.sampling import SamplingParams, apply_penalties, distribution, stream  # noqa: E402
 from tinyllm.spec import Draft, SpecConfig, generate, ngram_draft, prompt_lookup, verify_draft  # noqa: E402
@@ -40,6 +39,8 @@ from tinyllm.spec import Draft, SpecConfig, generate, ngram_draft, prompt_lookup
 # The fake target the graded generation tests use; it imports tinyllm.*, found in solutions/ above.
 sys.path.append(str(ROOT / "course" / "tests"))
 from fakes import TableTarget  # noqa: E402
+
+from golden import write_main  # noqa: E402
 
 SEED = 20261129
 
@@ -387,13 +388,5 @@ def build() -> dict:
             "generate": generation_cases(np.random.default_rng(SEED + 5))}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON")
-    out = parser.parse_args().out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(build(), sort_keys=True, indent=1) + "\n")
-
-
 if __name__ == "__main__":
-    main()
+    write_main(__doc__, build)

@@ -22,8 +22,6 @@ Four lists of cases, each answered by the reference:
 Each list comes from a seeded numpy generator of its own, and the JSON is written with sorted keys
 and a fixed layout, so a second run writes the same bytes."""
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -31,6 +29,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "solutions"))
+sys.path.insert(0, str(ROOT / "oracle"))
 
 from tinyllm.sampling import SamplingParams, stream  # noqa: E402
 from tinyllm.trees import (DraftTree, PromptLookupDrafter, SuffixTreeDrafter, generate_tree,  # noqa: E402
@@ -38,6 +37,8 @@ from tinyllm.trees import (DraftTree, PromptLookupDrafter, SuffixTreeDrafter, ge
 
 sys.path.append(str(ROOT / "course" / "tests"))
 from tree_fakes import TreeTableTarget  # noqa: E402
+
+from golden import write_main  # noqa: E402
 
 SEED = 20261130
 KNOBS = [
@@ -193,13 +194,5 @@ def build() -> dict:
             "generate": generate_cases()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON")
-    out = parser.parse_args().out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(build(), sort_keys=True, indent=1) + "\n")
-
-
 if __name__ == "__main__":
-    main()
+    write_main(__doc__, build)
