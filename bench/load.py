@@ -304,6 +304,7 @@ def table(cells: dict[tuple, list[Cell]], batches: list[int]) -> list[dict]:
             "blocks_per_token": first.blocks / first.emitted,
             "acceptance": first.accepted / first.drafted if first.drafted else 0.0,
             "tokens_per_pass": first.produced / first.passes,
+            "drafted_per_pass": first.drafted / first.passes,
             "latency_ms": statistics.median(c.latency for c in runs) * 1e3,
             "step_ms": statistics.median(c.seconds / c.steps for c in runs) * 1e3,
             "measured_over_predicted": statistics.median(c.seconds / c.predicted for c in runs),
@@ -313,18 +314,22 @@ def table(cells: dict[tuple, list[Cell]], batches: list[int]) -> list[dict]:
 
 def predicted_crossover(cost: CostTable, rows: list[dict], starts: list[int], batches: list[int]
                         ) -> dict[int, int | None]:
-    """Per static k: the first B where ``AL(k) * T(plain) / T(k) < 1`` on code-edit, with AL(k) the
-    tokens per pass measured at B = 1 and the gemms of a decoding step of the cell's first B
-    requests (``starts``: the position of each one's first output token) feeding 1 or 1 + k rows."""
+    """Per static k: the first B where ``AL(k) * T(plain) / T(k) < 1`` on code-edit. From the B = 1
+    run: AL(k), the tokens per pass, and d, the tokens drafted per pass (a static k drafts fewer
+    than k when the lookup finds a shorter match or the output's end is near); then a decoding step
+    of the cell's first B requests (``starts``: the position of each one's first output token)
+    feeds 1 row each, or 1 + d, in the gemms their slots give, priced by the cost table."""
     out = {}
     for k in STATIC:
-        al = next(r["tokens_per_pass"] for r in rows
-                  if r["workload"] == "code-edit" and r["B"] == batches[0] and r["policy"] == f"k={k}")
+        first_b = next(r for r in rows if r["workload"] == "code-edit" and r["B"] == batches[0]
+                       and r["policy"] == f"k={k}")
+        al, d = first_b["tokens_per_pass"], first_b["drafted_per_pass"]
         out[k] = None
         for b in batches:
             first = starts[:b]
             plain = cost.step_seconds(gemm_blocks(first), b, b)
-            spec = cost.step_seconds(gemm_blocks([p + j for p in first for j in range(1 + k)]), b * (1 + k), b, b)
+            fed = [p + j for p in first for j in range(1 + round(d))]
+            spec = cost.step_seconds(gemm_blocks(fed), b * (1 + d), b, b)
             if al * plain / spec < 1.0:
                 out[k] = b
                 break
@@ -418,11 +423,12 @@ def main() -> int:
     model, work = load(max(max(batches) * max(waves, 2), 2 * MIN_REQUESTS), max_new)
     # Profiled at the context the cells run at: a request's attention grows with it.
     context = round(statistics.mean(len(p) for ps in work.prompts.values() for p in ps) + max_new / 2)
-    cost = profile(model, max_blocks=4, repeats=15 if args.model == "tiny" else 5, context=context)
+    cost = profile(model, max_blocks=4, repeats=15 if args.model == "tiny" else 3, context=context)
     print("cost table (ms): " + ", ".join(f"{g} gemm{'s' if g > 1 else ''} {t * 1e3:.2f}"
                                            for g, t in enumerate(cost.block_seconds, start=1))
           + f"; per row {cost.row_seconds * 1e3:.3f}, per request {cost.request_seconds * 1e3:.3f}, "
-            f"per draft {cost.draft_seconds * 1e3:.3f} (at {context} tokens of context)")
+            f"per draft {cost.draft_seconds * 1e3:.3f} (at {context} tokens of context; "
+            f"the fit within {cost.fit_error:.0%} of every profiled pass)")
     cells = measure(model, cost, work, batches, workloads, waves, repeats)
     bad = greedy_mismatches(cells)
     rows = table(cells, batches)
@@ -442,7 +448,7 @@ def main() -> int:
               "waves": waves, "max_new": max_new,
               "repeats": repeats, "cost": {"block_seconds": cost.block_seconds, "row_seconds": cost.row_seconds,
                                            "request_seconds": cost.request_seconds,
-                                           "draft_seconds": cost.draft_seconds},
+                                           "draft_seconds": cost.draft_seconds, "fit_error": cost.fit_error},
               "predicted_crossover": {str(k): v for k, v in crossover.items()}, "summary": facts,
               "greedy_mismatches": bad, "seconds": time.perf_counter() - began, "rows": rows}
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -321,3 +321,48 @@ def test_profile_gives_a_usable_table(small):
     assert list(cost.block_seconds) == sorted(cost.block_seconds)
     assert cost.row_seconds >= 0 and cost.request_seconds >= 0 and cost.draft_seconds > 0
     assert cost.blocks(5) >= cost.blocks(3)
+    assert 0 <= cost.fit_error < float("inf")
+
+
+def _clocked_forward(monkeypatch, model, seconds):
+    """Make ``model.forward`` take ``seconds(gemms, rows, requests)`` on a fake CPU clock that
+    nothing else advances: profile then sees those costs and nothing else."""
+    import numpy as np
+
+    import tinyllm.serve as serve
+
+    clock = [0.0]
+    real = model.forward
+
+    def forward(pool, tables, positions, ids, write=None):
+        gemms = int(np.bincount(np.asarray(positions) % 16).max())
+        clock[0] += seconds(gemms, len(ids), len({id(t) for t in tables}))
+        return real(pool, tables, positions, ids, write)
+
+    monkeypatch.setattr(model, "forward", forward)
+    monkeypatch.setattr(serve.time, "process_time", lambda: clock[0])
+
+
+def test_profile_fits_a_linear_cost_exactly(small, monkeypatch):
+    """A forward costing 5 ms + 2 ms a further gemm + 0.3 ms a row + 0.7 ms a request: the fit
+    over the profiled passes gives back those terms, with nothing left over."""
+    _clocked_forward(monkeypatch, small, lambda g, rows, reqs: 5e-3 + 2e-3 * (g - 1) + 3e-4 * rows + 7e-4 * reqs)
+    cost = profile(small, max_blocks=4, repeats=2)
+    assert cost.block_seconds == pytest.approx((5e-3, 7e-3, 9e-3, 11e-3), rel=1e-6)
+    assert (cost.row_seconds, cost.request_seconds) == pytest.approx((3e-4, 7e-4), rel=1e-6)
+    assert cost.fit_error < 1e-6
+
+
+def test_profile_prices_a_curved_row_cost_over_the_whole_range(small, monkeypatch):
+    """Rows cheaper than linear up to 16 and dearer past it (as SmolLM2's passes are): one
+    difference of two passes would price a row from one end; the fit stays within a quarter of
+    every profiled pass and reports how far it strayed."""
+    def curved(g, rows, reqs):
+        return 20e-3 + (2e-3 * rows if rows <= 16 else 32e-3 + 3.5e-3 * (rows - 16)) + 4e-3 * reqs
+
+    _clocked_forward(monkeypatch, small, curved)
+    cost = profile(small, max_blocks=4, repeats=1)
+    assert 0.01 < cost.fit_error < 0.25
+    for rows, reqs in ((1, 1), (4, 4), (16, 16), (64, 4)):
+        g = -(-rows // 16)
+        assert cost.step_seconds(g, rows, reqs) == pytest.approx(curved(g, rows, reqs), rel=cost.fit_error + 1e-9)

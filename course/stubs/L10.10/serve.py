@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
+from scipy.optimize import nnls
 
 from .kvpool import KvPool
 from .model import GEMM_ROWS, TinyLlama, gemm_rows
@@ -99,13 +100,15 @@ def gemm_blocks(positions: Sequence[int]) -> int:
 class CostTable:
     """Seconds of one step, profiled on this machine (section 2.2):
     ``block_seconds[g - 1]`` for a pass of ``g`` gemms, plus ``row_seconds`` per row fed (its share
-    of the forward outside the gemms and its verification), ``request_seconds`` per request in the
-    pass and ``draft_seconds`` per drafter call."""
+    of the forward and its verification), ``request_seconds`` per request in the pass and
+    ``draft_seconds`` per drafter call. ``fit_error``: how far the fitted forward strayed from the
+    passes it was fitted to (the largest relative error; 0 for a table written by hand)."""
 
     block_seconds: tuple[float, ...]
     row_seconds: float = 0.0
     request_seconds: float = 0.0
     draft_seconds: float = 0.0
+    fit_error: float = 0.0
 
     def blocks(self, g: int) -> float:
         """The pass of ``g`` gemms; past the table, the last step's slope carries on."""
@@ -122,53 +125,65 @@ class CostTable:
 
 def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Drafter = lookup_drafter,
             context: int = 96) -> CostTable:
-    """Time the model's forward on a scratch pool -- ``g = 1..max_blocks`` gemms, one row against
-    sixteen, one request against sixteen -- and the verifier on a draft of 0 and of 15 accepted
-    tokens; the fastest of interleaved repeats (another process on the machine only ever adds
-    time, and differences of noisy medians go negative) (section 2.2). Times are this process's
-    CPU seconds: on a core of its own they are wall-clock seconds, and on a shared machine they
-    leave out the time another process held the core."""
+    """Time the model's forward on a scratch pool over passes of 1, 4, 16 and 64 rows shared by
+    1, 4 or 16 requests (at slots spread over the gemm, as a server's requests sit),
+    plus ``g = 2..max_blocks`` requests of one row each at one slot (``g`` gemms for ``g`` rows),
+    and fit ``first + (g - 1) * gemm + rows * row + requests * request`` to them by least squares
+    on relative errors, every term >= 0; a pass's cost is not linear in its rows, and a fit over
+    the passes a server feeds prices all of them at once, where a difference of two passes prices
+    the rows between them only. Then the verifier on a draft of 0 and of 15 accepted tokens adds
+    its cost per row and per request, and ten drafter calls give ``draft_seconds``. Every time is
+    the fastest of interleaved repeats (another process on the machine only ever adds time) in
+    this process's CPU seconds: on a core of its own they are wall-clock seconds, and on a shared
+    machine they leave out the time another process held the core (section 2.2)."""
     bt = 16
-    per = blocks_for(context + 16 * max_blocks, bt)
-    pool = model.new_pool(16 * per, bt)
-    tables = [[pool.allocate() for _ in range(per)] for _ in range(16)]
+    sizes, shares = (1, 4, 16, 64), (1, 4, 16)  # rows up to 16 requests drafting 3 each; requests
+    top = max(sizes)
+    per = blocks_for(context + bt + top, bt)
+    pool = model.new_pool(max(shares) * per, bt)
+    tables = [[pool.allocate() for _ in range(per)] for _ in range(max(shares))]
     rng = np.random.default_rng(0)
-    ids = rng.integers(0, model.config.vocab, 16 * max_blocks).tolist()
+    ids = rng.integers(0, model.config.vocab, top).tolist()
 
-    def one(rows: int) -> tuple:  # one request, `rows` consecutive positions
-        return [tables[0]] * rows, list(range(context, context + rows)), ids[:rows]
+    def spread(rows: int, requests: int) -> tuple:  # request i starts at slot 5 * i % 16: all 16 differ
+        tb, pos = [], []
+        for i in range(requests):
+            mine = rows // requests + (i < rows % requests)
+            start = context + 5 * i % bt
+            tb += [tables[i]] * mine
+            pos += range(start, start + mine)
+        return tb, pos, ids[:rows]
 
-    many = ([tables[i] for i in range(16)], [context + i for i in range(16)], ids[:16])  # 16 slots, 1 gemm
-    shapes = {("rows", 1): one(1), ("rows", 16): one(16), ("requests", 16): many}
-    shapes |= {("blocks", g): one(16 * g) for g in range(2, max_blocks + 1)}
-    logits = list(model.forward(pool, *one(16)))
+    passes = [spread(r, q) for r in sizes for q in shares if q <= r]
+    passes += [([tables[i] for i in range(g)], [context] * g, ids[:g]) for g in range(2, max_blocks + 1)]
+    logits = list(model.forward(pool, *spread(16, 1)))
     accepted = [int(np.argmax(row)) for row in logits[:MAX_DRAFT]]  # greedy keeps every one
-    checks = {("verify", 0): (logits[:1], []), ("verify", MAX_DRAFT): (logits, accepted)}
-    times: dict[tuple, list[float]] = {key: [] for key in shapes | checks}
+    checks = {0: (logits[:1], []), MAX_DRAFT: (logits, accepted)}
+    passed: list[list[float]] = [[] for _ in passes]
+    verified: dict[int, list[float]] = {key: [] for key in checks}
     for _ in range(repeats):
-        for key, (tb, pos, tok) in shapes.items():
+        for spent, (tb, pos, tok) in zip(passed, passes):
             began = time.process_time()
             model.forward(pool, tb, pos, tok)
-            times[key].append(time.process_time() - began)
+            spent.append(time.process_time() - began)
         for key, (rows, draft) in checks.items():
             began = time.process_time()
             verify_draft(rows, draft, None, SamplingParams(), ids[:8], [], stream(0))
-            times[key].append(time.process_time() - began)
-    t = {key: min(v) for key, v in times.items()}
-    verify_row = max(0.0, (t[("verify", MAX_DRAFT)] - t[("verify", 0)]) / MAX_DRAFT)
-    row = max(0.0, (t[("rows", 16)] - t[("rows", 1)]) / 15)
-    request = max(0.0, (t[("requests", 16)] - t[("rows", 16)]) / 15)
-    # Differences of timings are noisy: the gemm keeps at least a quarter of the one-row pass.
-    first = max(t[("rows", 1)] - row - request, t[("rows", 1)] / 4)
-    table = [first] + [t[("blocks", g)] - 16 * g * row - request for g in range(2, max_blocks + 1)]
-    for g in range(1, len(table)):  # timing noise must not make a gemm cheaper than the one before
-        table[g] = max(table[g], table[g - 1])
+            verified[key].append(time.process_time() - began)
+    seconds = np.array([min(spent) for spent in passed])
+    # one row per pass: 1, its gemms past the first (the fullest slot, as gemm_blocks counts), rows, requests
+    design = np.array([[1.0, max(np.bincount(np.asarray(pos) % bt)) - 1, len(tok), len({id(x) for x in tb})]
+                       for tb, pos, tok in passes])
+    (first, gemm, row, request), _ = nnls(design / seconds[:, None], np.ones(len(passes)))
+    first = max(first, seconds[0] / 4)  # a pass always costs something, even where the fit says not
+    fit_error = float(np.max(np.abs(design @ [first, gemm, row, request] / seconds - 1)))
+    verify_row = max(0.0, (min(verified[MAX_DRAFT]) - min(verified[0])) / MAX_DRAFT)
     ctx = rng.integers(0, 8, 256).tolist()
     began = time.process_time()
     for _ in range(10):
         drafter(ctx, MAX_DRAFT)
-    return CostTable(tuple(table), row + verify_row, request + t[("verify", 0)],
-                     (time.process_time() - began) / 10)
+    return CostTable(tuple(float(first + g * gemm) for g in range(max_blocks)), float(row) + verify_row,
+                     float(request) + min(verified[0]), (time.process_time() - began) / 10, fit_error)
 
 
 # --- 2.3 Policies ----------------------------------------------------------------------------
