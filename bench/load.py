@@ -25,9 +25,10 @@ CPU time from first to last token over its tokens, the median over requests), an
 measured against the cost table's (how honest the table the policy reads is). Greedy output of a
 request must be the same in every cell it runs in (alone at B = 1 included, a shorter output a
 prefix of a longer); the script exits with status 1 if it is not.
-It prints the cost table, the crossover the table predicts for each static k (the first B where
-``AL(k) * T(plain) / T(k)`` falls below 1, the gemms those of the cell's first B requests' slots,
-AL from the B = 1 run) beside the measured one, writes ``load.json`` and ``load.png`` to
+It prints the cost table (with its fit's largest error over the profiled passes), the crossover
+the table predicts for each static k (the first B where ``AL(k) * T(plain) / T(k)`` falls below 1;
+AL and the tokens drafted per pass from the B = 1 run, the gemms those of the cell's first B
+requests' slots) beside the measured one, writes ``load.json`` and ``load.png`` to
 ``--out``, and ends with one line:
 
     load: static k=K below plain from B=X (worst W.WWx); adaptive vs plain min M.MMx over B, B=1 S.SSx; adaptive vs best static min R.RRx; blocks per token adaptive <= plain: yes|no
