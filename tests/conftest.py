@@ -5,13 +5,32 @@ package can never make the reference look broken.
 """
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 sys.path.insert(0, str(SOLUTIONS))
+
+from ol_helpers import SHARED_CACHE_ENV  # noqa: E402
+
+
+def pytest_configure(config):
+    """One ol answer cache for the run, made before xdist starts its workers so they inherit it."""
+    if hasattr(config, "workerinput") or os.environ.get(SHARED_CACHE_ENV):
+        return
+    config.shared_answer_cache = Path(tempfile.mkdtemp(prefix="ol-test-cache-"))
+    os.environ[SHARED_CACHE_ENV] = str(config.shared_answer_cache)
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "shared_answer_cache", None)
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
+        os.environ.pop(SHARED_CACHE_ENV, None)
 
 
 @pytest.fixture(scope="session", autouse=True)

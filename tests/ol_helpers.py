@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SHARED_CACHE_ENV = "TINYLLM_TEST_ANSWER_CACHE"
 REFERENCE = ROOT / "solutions" / "tinyllm"
 
 
@@ -35,8 +36,21 @@ def ol_command() -> list[str]:
 
 
 # One answer cache for every ol run of a test session (ol's default is the user's cache folder).
-ANSWER_CACHE = Path(tempfile.mkdtemp(prefix="ol-test-cache-"))
-atexit.register(shutil.rmtree, ANSWER_CACHE, True)
+
+
+def _answer_cache() -> Path:
+    """ol's answer cache for these tests: the one tests/conftest.py made for the whole run, which
+    xdist's workers share (ol writes it content-addressed and atomically, so every pitfall's
+    answers are computed once, not once a worker), else one of this process's own."""
+    shared = os.environ.get(SHARED_CACHE_ENV)
+    if shared:
+        return Path(shared)
+    own = Path(tempfile.mkdtemp(prefix="ol-test-cache-"))
+    atexit.register(shutil.rmtree, own, True)
+    return own
+
+
+ANSWER_CACHE = _answer_cache()
 # ol start makes its JupyterLab defaults defaults of the environment's JupyterLab: here, of a scratch one.
 LAB_APP_DIR = Path(tempfile.mkdtemp(prefix="ol-test-jupyterlab-"))
 atexit.register(shutil.rmtree, LAB_APP_DIR, True)
