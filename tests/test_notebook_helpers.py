@@ -50,6 +50,15 @@ def make_workspace(tmp_path: Path, spec_text: str) -> Path:
     return tmp_path
 
 
+def on_stubs(tmp_path: Path, monkeypatch, prompt_lookup: str | None = None) -> Path:
+    """A workspace on spec.py's stubs that OL_WORKSPACE names; ``prompt_lookup`` written if given."""
+    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
+    if prompt_lookup is not None:
+        write_function(ws / "tinyllm" / "spec.py", "prompt_lookup", prompt_lookup)
+    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    return ws
+
+
 def test_reference_runs_when_no_module_is_started(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("OL_WORKSPACE", str(tmp_path))
     tl = course.use()
@@ -95,8 +104,7 @@ def test_a_spec_that_does_not_import_falls_back_to_the_reference_and_says_where(
 
 
 def test_an_unwritten_function_shows_one_line_naming_it(tmp_path, monkeypatch, capsys):
-    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
-    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    ws = on_stubs(tmp_path, monkeypatch)
     tl = course.use()
     capsys.readouterr()
     with course.learner_code():
@@ -210,8 +218,7 @@ def test_check_without_results_shows_what_ol_said(tmp_path, monkeypatch):
 
 
 def test_check_runs_the_real_grader_on_the_learners_workspace(tmp_path, monkeypatch):
-    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
-    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    on_stubs(tmp_path, monkeypatch)
     course.use()
     report = course.check("hand_example_prompt_lookup", "rollback_hand_example")
     assert report.status == course.FAIL, report.note
@@ -299,8 +306,7 @@ def write_function(spec_file: Path, name: str, source: str) -> None:
 
 
 def test_an_edit_is_seen_by_the_next_cell_without_rerunning_the_first(tmp_path, monkeypatch, capsys):
-    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
-    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    ws = on_stubs(tmp_path, monkeypatch)
     tl = course.use()
     spec = tl.spec  # what the first cell keeps
     capsys.readouterr()
@@ -314,8 +320,7 @@ def test_an_edit_is_seen_by_the_next_cell_without_rerunning_the_first(tmp_path, 
 
 
 def test_values_made_before_an_edit_work_with_the_new_code(tmp_path, monkeypatch):
-    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
-    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    ws = on_stubs(tmp_path, monkeypatch)
     tl = course.use()
     spec = tl.spec
     SpecConfig, Draft, SpecError = spec.SpecConfig, spec.Draft, spec.SpecError
@@ -373,8 +378,7 @@ def test_a_file_that_did_not_import_at_first_runs_once_fixed(tmp_path, monkeypat
 # --- Pictures before code: a stub draws with the reference, labelled ------------------------------
 
 def test_in_a_panel_a_stub_draws_with_the_reference_and_says_so(tmp_path, monkeypatch):
-    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
-    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    on_stubs(tmp_path, monkeypatch)
     spec = course.use().spec
     with course.drawing() as record:
         assert spec.prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1) == [7, 8, 5]
@@ -388,10 +392,8 @@ def test_in_a_panel_a_stub_draws_with_the_reference_and_says_so(tmp_path, monkey
 
 def test_a_written_function_draws_with_yours_beside_a_stub(tmp_path, monkeypatch):
     """Chapter 1's strip: prompt_lookup written, ngram_draft still a stub."""
-    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
     mine = reference_function("prompt_lookup").replace('"""Copy', '"""Mine. Copy')
-    write_function(ws / "tinyllm" / "spec.py", "prompt_lookup", mine)
-    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    on_stubs(tmp_path, monkeypatch, mine)
     spec = course.use().spec
     with course.drawing() as record:
         assert spec.prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1) == [7, 8, 5]
@@ -403,10 +405,7 @@ def test_a_written_function_draws_with_yours_beside_a_stub(tmp_path, monkeypatch
 
 
 def test_a_panel_names_where_yours_and_the_reference_differ(tmp_path, monkeypatch):
-    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
-    write_function(ws / "tinyllm" / "spec.py", "prompt_lookup",
-                   "def prompt_lookup(ctx, k, max_ngram, min_ngram):\n    return list(ctx[:1])\n")
-    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    on_stubs(tmp_path, monkeypatch, "def prompt_lookup(ctx, k, max_ngram, min_ngram):\n    return list(ctx[:1])\n")
     spec = course.use().spec
     cfg = spec.SpecConfig(spec.Draft.PROMPT_LOOKUP, 3)
     with course.drawing() as record:
@@ -501,8 +500,7 @@ def test_boxes_take_their_colours_from_the_theme(tmp_path, monkeypatch):
 
 
 def test_code_version_changes_with_an_edit(tmp_path, monkeypatch):
-    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
-    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    ws = on_stubs(tmp_path, monkeypatch)
     course.use()
     before = course.code_version()
     assert before[0] == "learner"
@@ -512,10 +510,7 @@ def test_code_version_changes_with_an_edit(tmp_path, monkeypatch):
 
 
 def test_timed_runs_can_skip_the_comparison(tmp_path, monkeypatch):
-    ws = make_workspace(tmp_path, STUB_SPEC.read_text())
-    write_function(ws / "tinyllm" / "spec.py", "prompt_lookup",
-                   "def prompt_lookup(ctx, k, max_ngram, min_ngram):\n    return []\n")
-    monkeypatch.setenv("OL_WORKSPACE", str(ws))
+    on_stubs(tmp_path, monkeypatch, "def prompt_lookup(ctx, k, max_ngram, min_ngram):\n    return []\n")
     spec = course.use().spec
     with course.drawing() as record, course.no_comparison():
         assert spec.prompt_lookup([5, 6, 7, 8, 5, 6], 3, 3, 1) == []
