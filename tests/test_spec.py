@@ -504,20 +504,16 @@ def test_rollback_refuses_keep_out_of_range(keep):
     assert_blocks_match(pool, table, 10)
 
 
-def test_rollback_refuses_to_cut_into_a_shared_block():
+@pytest.mark.parametrize("done_to_block_1,keep,refusal", [
+    ("retain", 6, "shared with another sequence"),      # a cut into a block another sequence holds
+    ("release", 3, "rollback to 3: block 1 is free"),   # a broken table, reported as a SpecError
+])
+def test_rollback_refuses_a_shared_or_freed_block(done_to_block_1, keep, refusal):
     pool = KvPool(3, 4)
     table = filled_table(pool, 8)
-    pool.retain(table[1])
-    with pytest.raises(SpecError, match="shared with another sequence"):
-        rollback(pool, table, 6)
-
-
-def test_rollback_reports_a_broken_table_as_spec_error():
-    pool = KvPool(3, 4)
-    table = filled_table(pool, 8)
-    pool.release(table[1])
-    with pytest.raises(SpecError, match="rollback to 3: block 1 is free"):
-        rollback(pool, table, 3)
+    getattr(pool, done_to_block_1)(table[1])
+    with pytest.raises(SpecError, match=refusal):
+        rollback(pool, table, keep)
 
 
 def test_blocks_conserved_across_random_rollbacks():
