@@ -60,6 +60,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from tinyllm.sampling import SamplingParams  # noqa: E402
 from tinyllm.serve import CostTable, Policy, Server, gemm_blocks, profile  # noqa: E402
+from display import finish_figure, print_table  # noqa: E402
 
 BLOCK_TOKENS = 16
 MIN_REQUESTS = 4
@@ -371,13 +372,10 @@ def summary(rows: list[dict], batches: list[int]) -> tuple[str, dict]:
 def print_rows(rows: list[dict]) -> None:
     head = (f"{'workload':9} {'B':>3} {'policy':8} {'tok/s':>8} {'wall':>7} {'vs plain':>8} {'gemms/tok':>9} "
             f"{'accept':>6} {'tok/pass':>8} {'ms/tok':>7} {'ms/step':>7} {'/table':>6}")
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(f"{r['workload']:9} {r['B']:>3} {r['policy']:8} {r['tokens_per_s']:8.1f} {r['wall_tokens_per_s']:7.1f} "
-              f"{r['vs_plain']:7.2f}x "
-              f"{r['blocks_per_token']:9.3f} {r['acceptance']:6.2f} {r['tokens_per_pass']:8.2f} "
-              f"{r['latency_ms']:7.1f} {r['step_ms']:7.1f} {r['measured_over_predicted']:5.2f}x")
+    print_table(head, (f"{r['workload']:9} {r['B']:>3} {r['policy']:8} {r['tokens_per_s']:8.1f} "
+                       f"{r['wall_tokens_per_s']:7.1f} {r['vs_plain']:7.2f}x {r['blocks_per_token']:9.3f} "
+                       f"{r['acceptance']:6.2f} {r['tokens_per_pass']:8.2f} {r['latency_ms']:7.1f} "
+                       f"{r['step_ms']:7.1f} {r['measured_over_predicted']:5.2f}x" for r in rows))
 
 
 def plot(rows: list[dict], batches: list[int], crossover: dict, path: Path) -> None:
@@ -401,10 +399,7 @@ def plot(rows: list[dict], batches: list[int], crossover: dict, path: Path) -> N
                                 fontsize=7, color=f"C{j + 1}")
         ax.set(xscale="log", xlabel="concurrency B", ylabel="tokens/s (whole batch)", title=name)
         ax.set_xticks(batches, [str(b) for b in batches])
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    finish_figure(fig, path, *axes)
 
 
 def main() -> int:

@@ -37,6 +37,7 @@ from tinyllm.model import Weight, aligned_copy, matmul  # noqa: E402
 from tinyllm.runner import RunnerTarget  # noqa: E402
 from tinyllm.sampling import SamplingParams  # noqa: E402
 from tinyllm.spec import SpecConfig, generate_stream  # noqa: E402
+from display import finish_figure, print_table  # noqa: E402
 
 BLOCK_TOKENS = 16
 POOL_BLOCKS = 64
@@ -313,15 +314,13 @@ def layouts(m: smollm2.SmolLM2, context: list[int], repeats: int) -> list[dict]:
     return out
 
 
-def print_table(rows: list[dict]) -> None:
+def print_rows(rows: list[dict]) -> None:
     head = (f"{'workload':10} {'T':>3} {'config':13} {'k':>2} {'tokens':>6} {'passes':>6} {'accept':>6} "
             f"{'tok/pass':>8} {'formula':>7} {'tok/s':>6} {'vs plain':>8} {'vs 1-row':>8}")
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(f"{r['workload']:10} {r['temperature']:>3} {r['config']:13} {r['k']:>2} {r['tokens']:6d} "
-              f"{r['passes']:6d} {r['accept_rate']:6.2f} {r['tokens_per_pass']:8.2f} {r['formula']:7.2f} "
-              f"{r['decode_tokens_per_s']:6.1f} {r['speedup_vs_plain']:7.2f}x {r['speedup_vs_one_row']:7.2f}x")
+    print_table(head, (f"{r['workload']:10} {r['temperature']:>3} {r['config']:13} {r['k']:>2} {r['tokens']:6d} "
+                       f"{r['passes']:6d} {r['accept_rate']:6.2f} {r['tokens_per_pass']:8.2f} {r['formula']:7.2f} "
+                       f"{r['decode_tokens_per_s']:6.1f} {r['speedup_vs_plain']:7.2f}x "
+                       f"{r['speedup_vs_one_row']:7.2f}x" for r in rows))
 
 
 def best_code_edit(rows: list[dict]) -> dict:
@@ -353,11 +352,7 @@ def plot(rows: list[dict], cost: dict[str, list[float]], ks: list[int], path: Pa
     mid.set(xlabel="k (draft length)", ylabel="tokens per target pass", title="Prompt lookup, T = 0")
     right.axhline(1.0, color="grey", lw=0.8)
     right.set(xlabel="k (draft length)", ylabel="decoding speed-up", title="Speed-up, T = 0")
-    mid.legend(fontsize=7)
-    right.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    finish_figure(fig, path, mid, right)
 
 
 def main(quick: bool, out: Path) -> int:
@@ -375,7 +370,7 @@ def main(quick: bool, out: Path) -> int:
         workloads = WORKLOADS
         temperatures, ks, cost_repeats = {0.0: 3, 0.7: 1}, [1, 2, 4, 8, 12, 15], 5
     rows, mismatches, answers = measure(m, workloads, temperatures, ks)
-    print_table(rows)
+    print_rows(rows)
     verdicts = [edit_verdict(answer, given, expected)
                 for answer, (_, given, expected) in zip(answers["code-edit"], EDITS)]
     print("\ncode-edit, greedy answers: " + "; ".join(f"prompt {p}: {v}" for p, v in enumerate(verdicts)))

@@ -39,6 +39,7 @@ from tinyllm.model import TinyLlama  # noqa: E402
 from tinyllm.runner import RunnerTarget  # noqa: E402
 from tinyllm.sampling import SamplingParams  # noqa: E402
 from tinyllm.spec import SpecConfig, generate, prompt_lookup  # noqa: E402
+from display import finish_figure, print_table  # noqa: E402
 
 WEIGHTS = ROOT / "fixtures" / "model" / "tiny_llama.npz"
 BLOCK_TOKENS = 16
@@ -180,15 +181,12 @@ def lookup_cost(tokens: int = 32768, calls: int = 30) -> dict:
     return out
 
 
-def print_table(rows: list[dict]) -> None:
+def print_rows(rows: list[dict]) -> None:
     head = f"{'workload':8} {'T':>3} {'draft':13} {'k':>2} {'accept':>6} {'tok/pass':>8} {'formula':>7} " \
            f"{'passes':>6} {'tok/s':>7} {'speedup':>7}"
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(f"{r['workload']:8} {r['temperature']:>3} {r['draft']:13} {r['k']:>2} {r['accept_rate']:6.2f} "
-              f"{r['tokens_per_pass']:8.2f} {r['formula']:7.2f} {r['target_passes']:6d} "
-              f"{r['tokens_per_s']:7.0f} {r['speedup']:6.2f}x")
+    print_table(head, (f"{r['workload']:8} {r['temperature']:>3} {r['draft']:13} {r['k']:>2} {r['accept_rate']:6.2f} "
+                       f"{r['tokens_per_pass']:8.2f} {r['formula']:7.2f} {r['target_passes']:6d} "
+                       f"{r['tokens_per_s']:7.0f} {r['speedup']:6.2f}x" for r in rows))
 
 
 def summary(rows: list[dict], ks: list[int]) -> tuple[str, dict]:
@@ -228,11 +226,7 @@ def plot(rows: list[dict], ks: list[int], path: Path) -> None:
     left.set(xlabel="k (draft length)", ylabel="tokens per target pass", title="Prompt lookup, T = 0")
     right.axhline(1.0, color="grey", lw=0.8)
     right.set(xlabel="k (draft length)", ylabel="wall-clock speed-up over draft none", title="Speed-up, T = 0")
-    left.legend(fontsize=7)
-    right.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    finish_figure(fig, path, left, right)
 
 
 def main() -> None:
@@ -254,7 +248,7 @@ def main() -> None:
     repeats, max_new, prompts_per = (3, 64, 1) if args.quick else (5, 112, 2)
     began = time.perf_counter()
     rows = measure(model, ks, repeats, max_new, prompts_per)
-    print_table(rows)
+    print_rows(rows)
     cost = lookup_cost()
     print(f"\nprompt_lookup on a 32768-token context (k=8, n=3..1): {cost['ms_list']:.2f} ms from a list "
           f"(as generate passes it), {cost['ms_array']:.2f} ms from an int64 array")
