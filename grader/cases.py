@@ -139,11 +139,16 @@ def _record(cases: list[Case], answers: list[Answer]) -> None:
         pass  # the diagnosis then computes the answers itself
 
 
+def plural(noun: str) -> str:
+    """``case`` -> ``cases``, ``batch`` -> ``batches``."""
+    return noun + ("es" if noun.endswith(("s", "sh", "ch", "x")) else "s")
+
+
 def failure_message(failing: list[tuple[Case, Answer, str]], total: int, what: str = "case") -> str:
     """The headline (which case, how many), then the case: call, expected, yours, where, rule."""
     case, got, problem = failing[0]
     if total > 1:
-        head = f"{what} {case.label!r}: {len(failing)} of {total} {what}s fail; the first:"
+        head = f"{what} {case.label!r}: {len(failing)} of {total} {plural(what)} fail; the first:"
     else:
         head = f"{what} {case.label!r} fails:"
     lines = [head, f"  call:     {clip(case.call)}"]
