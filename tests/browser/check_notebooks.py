@@ -336,16 +336,22 @@ def move_primary(page, outcome: Outcome) -> None:
     handle = panel.locator(".course-primary .noUi-handle").first
     panel.scroll_into_view_if_needed()
     before = figure.get_attribute("src")
-    handle.focus()
-    handle.press("ArrowRight")
-    try:
-        page.wait_for_function(
-            """([selector, before]) => {
-                const img = document.querySelector(selector);
-                return img !== null && img.getAttribute("src") !== before;
-            }""",
-            arg=[f"{PANEL_OF_PRIMARY} .course-figure img", before], timeout=60_000)
-    except Exception:
+    # A key press can land before the handle takes focus, and a handle at its end does not move
+    # right: press again, then the other way, before calling the figure unchanged.
+    for key in ("ArrowRight", "ArrowRight", "ArrowLeft"):
+        handle.focus()
+        handle.press(key)
+        try:
+            page.wait_for_function(
+                """([selector, before]) => {
+                    const img = document.querySelector(selector);
+                    return img !== null && img.getAttribute("src") !== before;
+                }""",
+                arg=[f"{PANEL_OF_PRIMARY} .course-figure img", before], timeout=20_000)
+            break
+        except Exception:
+            continue
+    else:
         outcome.problems.append("moving the primary slider did not change its figure")
         return
     page.wait_for_selector(IDLE, timeout=60_000)
