@@ -434,7 +434,12 @@ class Server:
         req.pending = req.prompt[req.cached:]
 
     def _lanes(self) -> list[Lane]:
-        return [Lane(r.cached, len(r.pending), min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1),
+        """Under the adaptive policy a request drafts from its second round on: its first round
+        feeds the prompt, the dearest step it has, and a lookup there has only the prompt
+        (a chat template) to match. ``off`` and static ``k`` draft as L10.8's loop does."""
+        adaptive = self.policy.kind == "adaptive"
+        return [Lane(r.cached, len(r.pending),
+                     min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1) if r.out.tokens or not adaptive else 0,
                      r.estimate.rates) for r in self.running]
 
     def _explore(self, ks: list[int]) -> list[int]:
