@@ -351,6 +351,113 @@ def test_admission_in_arrival_order():
     check(cases_admission_in_arrival_order())
 
 
+def moved(a: float, seen: float) -> float:
+    """Card 2.1's moving average, one observed position: ``a + 0.3 * (seen - a)``."""
+    return a + 0.3 * (seen - a)
+
+
+def pooled_start(first: int) -> dict:
+    """``first`` requests (PROMPTS[0..first - 1], greedy, static k = 2, max_new 3) run together: in
+    the first step each drafts the next greedy token and a wrong one (2 drafted, 1 kept), in the
+    second none (its cap is 0), and each ends. PROMPTS[first], queued behind them, is admitted after.
+    Positions 1 to 3 of each running request's estimate and of the pool's after the first step, and
+    where the later request's estimate starts."""
+    model = small()
+    greedy = {tuple(p): alone(p, 0, GREEDY, 0, 4)["tokens"] for p in PROMPTS[:first]}
+
+    def right_then_wrong(ctx, k):
+        for p, tokens in greedy.items():
+            if tuple(ctx[:len(p)]) == p:
+                e = len(ctx) - len(p)
+                return [tokens[e], (tokens[e + 1] + 1) % 24][:k]
+        return []
+
+    server = Server(model, model.new_pool(64, 4), Policy("static", 2), max_batch=first, drafter=right_then_wrong)
+    for i in range(first + 1):
+        server.submit(PROMPTS[i], GREEDY, seed=i, max_new=3)
+    server.step()
+    after = {"estimates": [rounded(r.estimate.rates[:3]) for r in server.running],
+             "pooled": rounded(server.pooled.rates[:3])}
+    while server.running:
+        server.step()
+    server._admit()
+    return {"after the first step": after,
+            "the later request starts at": rounded(server.running[0].estimate.rates[:3])}
+
+
+def first_estimate() -> list[float]:
+    """A fresh server's first request, once admitted: its estimate."""
+    model = small()
+    server = Server(model, model.new_pool(64, 4), Policy("static", 2))
+    server.submit(PROMPTS[0], GREEDY, max_new=3)
+    server._admit()
+    return rounded(server.running[0].estimate.rates)
+
+
+def cases_estimate_starts_from_the_pool():
+    rule = ("card 2.4: _admit starts a request's estimate as a copy of self.pooled; _verify updates the request's "
+            "estimate and self.pooled, each once a round (card 2.1: a round of 2 drafted, 1 kept moves position 1 "
+            "0.3 of the way to 1 and position 2 0.3 of the way to 0)")
+    one = [moved(0.85, 1.0), moved(0.85, 0.0), 0.85]
+    two = [moved(one[0], 1.0), moved(one[1], 0.0), 0.85]
+    return [
+        Case("a fresh server's first request starts at the prior",
+             "first_estimate()   # first_estimate() in course/tests/test_l10_10.py", first_estimate,
+             rounded([0.85] * MAX_DRAFT), rule),
+        Case("one request's round, then a later request",
+             "pooled_start(1)   # pooled_start() in course/tests/test_l10_10.py", lambda: pooled_start(1),
+             {"after the first step": {"estimates": [rounded(one)], "pooled": rounded(one)},
+              "the later request starts at": rounded(one)}, rule),
+        Case("two requests' rounds in one pass, then a later request",
+             "pooled_start(2)   # pooled_start() in course/tests/test_l10_10.py", lambda: pooled_start(2),
+             {"after the first step": {"estimates": [rounded(one), rounded(one)], "pooled": rounded(two)},
+              "the later request starts at": rounded(two)}, rule),
+    ]
+
+
+def test_estimate_starts_from_the_pool():
+    check(cases_estimate_starts_from_the_pool())
+
+
+def prefix_rows(first: list[int], second: list[int], cache: bool = True) -> dict:
+    """Request A (``first``) runs one step alone; then B (``second``) arrives and both decode plainly
+    (policy off, greedy, max_new 4). The rows fed in the first two steps, both outputs, and the free
+    blocks at the end (a pool of 64 blocks of 4)."""
+    model = small()
+    server = Server(model, model.new_pool(64, 4), Policy("off"), max_batch=2, prefix_cache=cache)
+    a = server.submit(first, GREEDY, max_new=4)
+    rows = [server.step().rows]
+    b = server.submit(second, GREEDY, max_new=4)
+    rows.append(server.step().rows)
+    server.run()
+    return {"rows of steps 1 and 2": rows, "tokens": [server.results[a].tokens, server.results[b].tokens],
+            "free blocks": server.pool.num_free()}
+
+
+def cases_prefix_cache_feeds_the_rest():
+    rule = ("card 2.4: with prefix_cache, _verify offers a running request's prompt blocks (_offer_prompt) and "
+            "_admit calls _share_prefix(head): the head takes the indexed full blocks of its prompt and feeds only "
+            "the rest, its last token always; its output is its output alone")
+    a = PROMPTS[2]  # 9 tokens: blocks 0 and 1 full once its first step is verified
+    shapes = [("the same 9-token prompt: 2 blocks shared, 1 row fed", a, True, 1),
+              ("a prompt sharing its first block: 5 rows fed", a[:4] + [1, 2, 3, 4, 5], True, 5),
+              ("a 5-token prompt: its full block shared, its last token fed", a[:5], True, 1),
+              ("prefix_cache off: every prompt row fed", a, False, 9)]
+    cases = []
+    for label, b, cache, fed in shapes:
+        want = {"rows of steps 1 and 2": [len(a), 1 + fed],
+                "tokens": [alone(a, 0, GREEDY, 0, 4)["tokens"], alone(b, 0, GREEDY, 0, 4)["tokens"]],
+                "free blocks": 64}
+        text = (f"prefix_rows({a}, {b}" + (")" if cache else ", cache=False)")
+                + "   # prefix_rows() in course/tests/test_l10_10.py")
+        cases.append(Case(label, text, lambda b=b, cache=cache: prefix_rows(a, b, cache), want, rule))
+    return cases
+
+
+def test_prefix_cache_feeds_the_rest():
+    check(cases_prefix_cache_feeds_the_rest())
+
+
 def conserved(seed: int, requests: int) -> dict:
     """``requests`` random requests (arrivals, prompts, lengths, EOS, listeners that stop early, sampled or
     greedy) under each policy in turn; after every step each running request holds the blocks its cache
