@@ -412,8 +412,8 @@ def main() -> int:
     batches = [1, 4, 16] if args.quick else [1, 2, 4, 8, 16, 32]
     workloads = ["code-edit", "shift"] if args.quick else ["code-edit", "prose", "shift"]
     # (output budget, waves of B requests, repeats)
-    settings = {("tiny", True): (48, 4, 3), ("tiny", False): (96, 4, 5),
-                ("smollm2", True): (16, 1, 1), ("smollm2", False): (64, 2, 3)}
+    settings = {("tiny", True): (48, 4, 3), ("tiny", False): (96, 4, 3),
+                ("smollm2", True): (16, 1, 1), ("smollm2", False): (32, 1, 2)}
     max_new, waves, repeats = settings[(args.model, args.quick)]
     load = tiny_workloads if args.model == "tiny" else smollm2_workloads
     model, work = load(max(max(batches) * max(waves, 2), 2 * MIN_REQUESTS), max_new)
