@@ -148,6 +148,20 @@ def test_diff_says_an_unwritten_function_in_one_line(tmp_path):
                                "see course/L10.8.md section 2.1"), ran.out
 
 
+def test_diff_accepts_an_exception_in_other_words_as_check_does(tmp_path):
+    """The graded tests check a refusal's exception type, not its words: ol diff says the words
+    differ, and agrees with ol check that nothing is wrong (exit 0)."""
+    put_reference(tmp_path, "spec.py")
+    edit(tmp_path / "tinyllm" / "spec.py", 'raise SpecError(f"block_tokens must be >= 1, got {block_tokens!r}")',
+         'raise SpecError("a block holds at least one token")')
+    assert ol("check", "L10.8", "--ref-deps", "-k", "rollback_hand", workspace=tmp_path).code == 0
+    ran = ol("diff", "L10.8", "--ref-deps", "-k", "rollback_hand", workspace=tmp_path)
+    assert ran.code == 0, ran.text
+    assert "rollback_hand_example: all" in ran.out and "cases agree with the reference; 1 of them raises " \
+        "the reference's SpecError in other words, which the tests accept" in ran.out, ran.out
+    assert "'a block holds at least one token'" in ran.out
+
+
 def test_a_bug_that_is_no_named_pitfall_is_said_to_be_none(tmp_path):
     put_reference(tmp_path, "spec.py")
     # Accepting while u_a <= p/q would be s15; this one compares with 2 * p / q, a bug of no pitfall.

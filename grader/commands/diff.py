@@ -11,7 +11,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from grader.cases import alike, brief, first_difference, is_raise
+from grader.cases import RAISES, alike, brief, first_difference, is_raise
 from grader.child.case_worker import STUB
 from grader.core.errors import UsageError
 from grader.layout import assemble
@@ -22,7 +22,8 @@ from grader.verdict.diagnose import WORKER_STARTUP, AnswerStore, has_cases, run_
 
 def diff(module_id: str, workspace: str | None = None, ref_deps: bool = False, shown: int = 3,
          keyword: str | None = None) -> int:
-    """Print the first ``shown`` differing cases of each selected test; 0 when nothing differs."""
+    """Print the first ``shown`` differing cases of each selected test; 0 when nothing differs (an
+    exception of the reference's type in other words is said, not counted: the tests check types)."""
     if shown < 1:
         raise UsageError(f"--cases must be at least 1, got {shown}")
     catalog = load_catalog()
@@ -79,13 +80,16 @@ def _show(test: str, reference: dict | None, yours: dict | None, shown: int) -> 
         return True
     stubs = [c["answer"][STUB] for c in yours["cases"] if isinstance(c["answer"], dict) and STUB in c["answer"]]
     pairs = list(zip(reference["cases"], yours["cases"]))
-    differing = [(r, y) for r, y in pairs if not (isinstance(y["answer"], dict) and STUB in y["answer"])
-                 and not alike(r["answer"], y["answer"], r["compare"])]
+    unlike = [(r, y) for r, y in pairs if not (isinstance(y["answer"], dict) and STUB in y["answer"])
+              and not alike(r["answer"], y["answer"], r["compare"])]
+    worded = [(r, y) for r, y in unlike if _same_raise(r["answer"], y["answer"])]
+    differing = [(r, y) for r, y in unlike if not _same_raise(r["answer"], y["answer"])]
     if not differing:
         if stubs:
             print(f"{test}: {stubs[0]}\n")
             return True
-        print(f"{test}: all {len(pairs)} cases agree with the reference.\n")
+        agree = f"all {len(pairs)} cases agree with the reference"
+        print(f"{test}: {agree}; {_worded_note(worded, 'of them')}\n" if worded else f"{test}: {agree}.\n")
         return False
     print(f"{test}: {len(differing)} of {len(pairs)} cases differ; the first {min(shown, len(differing))}:")
     for ref, mine in differing[:shown]:
@@ -96,8 +100,21 @@ def _show(test: str, reference: dict | None, yours: dict | None, shown: int) -> 
         where = None if ref["compare"] != "exact" or is_raise(mine["answer"]) else first_difference(ref["answer"], mine["answer"])
         if where:
             print(f"    they part at {where}")
-    print()
+    print(f"  Besides, {_worded_note(worded, 'cases' if len(worded) > 1 else 'case')}\n" if worded else "")
     return True
+
+
+def _same_raise(reference, yours) -> bool:
+    """Both raised the same exception: the tests check its type, not its words."""
+    return is_raise(reference) and is_raise(yours) and reference[RAISES] == yours[RAISES]
+
+
+def _worded_note(worded: list[tuple[dict, dict]], which: str) -> str:
+    """Cases that raise the reference's exception in other words, which the tests accept."""
+    ref, mine = worded[0]
+    return (f"{len(worded)} {which} raise{'s' if len(worded) == 1 else ''} the reference's {ref['answer'][RAISES]} "
+            f"in other words, which the tests accept (case {ref['label']}: the reference says "
+            f"{ref['answer'].get('message', '')!r}, yours {mine['answer'].get('message', '')!r}).")
 
 
 def _answer(answer) -> str:
