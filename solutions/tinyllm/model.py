@@ -171,21 +171,22 @@ class Weight:
     def blocks_matmul(self, a: np.ndarray, rows: np.ndarray, threads: int = 1,
                       workers: ThreadPoolExecutor | None = None) -> np.ndarray:
         """``a @ matrix``, one gemm per column block (per row slice), every row of ``a`` computed
-        as it would be alone. With ``free_rows`` the rows run in their order (a lone row gets a
-        zero row beside it: numpy hands a one-row product to gemv, which sums differently);
-        otherwise row ``j`` of ``a`` sits at stacked row ``rows[j]`` of 16-row gemms, as
-        :func:`matmul` places it. With ``threads > 1``, ``workers`` run that many shares of the
-        blocks."""
+        as it would be alone. With ``free_rows`` the rows run in their order, in as few gemms as
+        hold them, all of one height (17 rows: two of 9, the last row zero), so that one stacked
+        call runs every gemm of a block while the block is in cache and the weights are read once
+        a pass; a lone row gets a zero row beside it (numpy hands a one-row product to gemv, which
+        sums differently). Otherwise row ``j`` of ``a`` sits at stacked row ``rows[j]`` of 16-row
+        gemms, as :func:`matmul` places it. With ``threads > 1``, ``workers`` run that many shares
+        of the blocks."""
         count, _, cols = self.blocks[0].shape
         n, k = a.shape
         if self.free_rows:
-            height = n + (n % GEMM_ROWS == 1)
+            gemms = -(-n // GEMM_ROWS)
+            m = max(2, -(-n // gemms))
+            height = gemms * m
             x = _aligned_zeros((height, k))
             x[:n] = a
-            full = height // GEMM_ROWS * GEMM_ROWS
-            # gemms of GEMM_ROWS rows, then one of the rest
-            parts = [(lo, hi - lo) for lo, hi in ((0, full), (full, height)) if hi > lo]
-            sizes = [min(size, GEMM_ROWS) for _, size in parts]
+            parts, sizes = [(0, height)], [m]
         else:
             height = (int(rows.max()) // GEMM_ROWS + 1) * GEMM_ROWS
             x = _aligned_zeros((height, k))
