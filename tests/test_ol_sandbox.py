@@ -118,9 +118,23 @@ def test_the_learner_process_reaches_nothing_of_the_machine(tmp_path):
 # The learner's imports spawn children that each hold memory, or many processes: the whole tree is
 # bounded together (cgroups), so the probe never sees them all succeed.
 MEMORY_PROBE = '''
-import os as _os, time as _time
-_children = []
-for _ in range(4):
+import os as _os
+# Children stay until the parent closes the release pipe: none leaves early, none sleeps longer
+# than the probe needs (fixed sleeps made the probe slow enough on a busy machine to trip the
+# import bound, which is not what this test is about).
+_release_r, _release_w = _os.pipe()
+
+
+def _stay_then_exit():
+    try:
+        _os.close(_release_w)
+        _os.read(_release_r, 1)
+    finally:
+        _os._exit(0)
+
+
+_holders = []
+for _ in range(4):  # one GiB each, one after the other (touching pages in parallel only costs time)
     _r, _w = _os.pipe()
     _pid = _os.fork()
     if _pid == 0:
@@ -129,23 +143,27 @@ for _ in range(4):
             for _i in range(0, len(_block), 4096):
                 _block[_i] = 1
             _os.write(_w, b"1")
-            _time.sleep(3)
         finally:
-            _os._exit(0)
+            _stay_then_exit()
     _os.close(_w)
-    _children.append((_pid, _r))
-_held = sum(len(_os.read(_r, 1)) for _pid, _r in _children)
-for _pid, _r in _children:
-    _os.waitpid(_pid, 0)
+    if _os.read(_r, 1):  # empty: the child was stopped before it held its GiB
+        _holders.append(_pid)
+# held at once: the holders still alive now (the kernel may stop an earlier one to make room)
+_held = sum(1 for _pid in _holders if _os.waitpid(_pid, _os.WNOHANG) == (0, 0))
 _forked = 0
 try:
     for _ in range(100):
         if _os.fork() == 0:
-            _time.sleep(2)
-            _os._exit(0)
+            _stay_then_exit()
         _forked += 1
 except OSError:
     pass
+_os.close(_release_w)
+while True:
+    try:
+        _os.wait()
+    except ChildProcessError:
+        break
 if _held == 4 or _forked == 100:
     raise ImportError(f"the learner's processes held {_held} GiB at once and ran {_forked} processes")
 '''
