@@ -11,7 +11,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from grader.cases import RAISES, alike, brief, first_difference, is_raise
+from grader.cases import RAISES, alike, brief, first_difference, is_raise, judge_raises
 from grader.child.case_worker import STUB
 from grader.core.errors import UsageError
 from grader.layout import assemble
@@ -105,8 +105,8 @@ def _show(test: str, reference: dict | None, yours: dict | None, shown: int) -> 
 
 
 def _same_raise(reference, yours) -> bool:
-    """Both raised the same exception: the tests check its type, not its words."""
-    return is_raise(reference) and is_raise(yours) and reference[RAISES] == yours[RAISES]
+    """Both raised the same exception: what the tests ask of a refusal (its type, not its words)."""
+    return is_raise(reference) and judge_raises(yours, reference) is None
 
 
 def _worded_note(worded: list[tuple[dict, dict]], which: str) -> str:

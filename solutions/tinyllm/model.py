@@ -186,22 +186,19 @@ class Weight:
             height = gemms * m
             x = _aligned_zeros((height, k))
             x[:n] = a
-            parts, sizes = [(0, height)], [m]
         else:
             height = (int(rows.max()) // GEMM_ROWS + 1) * GEMM_ROWS
+            m = GEMM_ROWS
             x = _aligned_zeros((height, k))
             x[rows] = a
-            parts, sizes = [(0, height)], [GEMM_ROWS]
         # each block's gemm writes its columns of the (rows, columns) result in place: no copies after
         result = _aligned_zeros((height, count * cols))
         partial = _aligned_zeros((height, count * cols)) if len(self.blocks) > 1 else None
         for s, ((lo, hi), blocks) in enumerate(zip(self.slices, self.blocks)):
             into = result if s == 0 else partial
-            for (start, size), m in zip(parts, sizes):
-                gemms = size // m
-                xs = x[start:start + size, lo:hi].reshape(1, gemms, m, hi - lo)
-                out = into[start:start + size].reshape(1, gemms, m, count, cols).transpose(3, 0, 1, 2, 4)[:, 0]
-                _block_gemms(xs, blocks, out, threads, workers)
+            xs = x[:, lo:hi].reshape(1, height // m, m, hi - lo)
+            out = into.reshape(1, height // m, m, count, cols).transpose(3, 0, 1, 2, 4)[:, 0]
+            _block_gemms(xs, blocks, out, threads, workers)
             if s:
                 result += partial
         result = result[:, :self.matrix.shape[1]]
