@@ -162,6 +162,22 @@ def test_diff_accepts_an_exception_in_other_words_as_check_does(tmp_path):
     assert "'a block holds at least one token'" in ran.out
 
 
+def test_the_diagnosis_counts_the_failing_cases_check_counts(tmp_path):
+    """A refusal in other words is no failing case for the diagnosis either: with a real bug beside
+    it, the diagnosis's count of differing cases is check's count of failing ones."""
+    put_reference(tmp_path, "spec.py")
+    edit(tmp_path / "tinyllm" / "spec.py", 'raise SpecError(f"block_tokens must be >= 1, got {block_tokens!r}")',
+         'raise SpecError("a block holds at least one token")')
+    edit(tmp_path / "tinyllm" / "spec.py", "return -(-tokens // block_tokens)", "return tokens // block_tokens")
+    results = tmp_path / "r.json"
+    ran = ol("check", "L10.8", "--ref-deps", "-k", "rollback_hand", "--json", str(results), workspace=tmp_path)
+    assert ran.code == 1, ran.text
+    failing = re.search(r"(\d+) of (\d+) cases fail", ran.out)
+    assert failing, ran.out
+    summary = json.loads(results.read_text())["tests"][0]["diagnosis"]["summary"]
+    assert f"{failing[1]} of its {failing[2]} cases" in summary, (ran.out, summary)
+
+
 def test_a_bug_that_is_no_named_pitfall_is_said_to_be_none(tmp_path):
     put_reference(tmp_path, "spec.py")
     # Accepting while u_a <= p/q would be s15; this one compares with 2 * p / q, a bug of no pitfall.

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from conftest import load_fixture
+from graded import load_fixture
 from grader.cases import Case, check, first_difference, is_raise, raises
 from tinyllm.kvpool import KvPool, PoolError
 from tinyllm.pcg32 import Pcg32

@@ -8,7 +8,7 @@ so a request served in company can be compared with the same request served alon
 
 import random
 
-from conftest import load_fixture
+from graded import load_fixture
 from grader.cases import Case, call, check, raises
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.runner import RunnerTarget

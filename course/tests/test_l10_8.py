@@ -14,7 +14,7 @@ import math
 import numpy as np
 from scipy.special import chdtri
 
-from conftest import load_fixture
+from graded import load_fixture
 from fakes import CycleTarget, TableTarget
 from grader.cases import Case, call, check, each, raises
 from tinyllm.kvpool import KvPool

@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 from scipy.special import chdtri
 
-from conftest import load_fixture
+from graded import load_fixture
 from grader.cases import Case, call, check, each, raises
 from tinyllm.kvpool import KvPool
 from tinyllm.model import LlamaConfig, TinyLlama

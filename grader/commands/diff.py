@@ -11,7 +11,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from grader.cases import RAISES, alike, brief, first_difference, is_raise, judge_raises
+from grader.cases import RAISES, alike, brief, first_difference, graded_alike, is_raise
 from grader.child.case_worker import STUB
 from grader.core.errors import UsageError
 from grader.layout import assemble
@@ -82,8 +82,8 @@ def _show(test: str, reference: dict | None, yours: dict | None, shown: int) -> 
     pairs = list(zip(reference["cases"], yours["cases"]))
     unlike = [(r, y) for r, y in pairs if not (isinstance(y["answer"], dict) and STUB in y["answer"])
               and not alike(r["answer"], y["answer"], r["compare"])]
-    worded = [(r, y) for r, y in unlike if _same_raise(r["answer"], y["answer"])]
-    differing = [(r, y) for r, y in unlike if not _same_raise(r["answer"], y["answer"])]
+    worded = [(r, y) for r, y in unlike if graded_alike(y["answer"], r["answer"], r["compare"])]
+    differing = [(r, y) for r, y in unlike if not graded_alike(y["answer"], r["answer"], r["compare"])]
     if not differing:
         if stubs:
             print(f"{test}: {stubs[0]}\n")
@@ -102,11 +102,6 @@ def _show(test: str, reference: dict | None, yours: dict | None, shown: int) -> 
             print(f"    they part at {where}")
     print(f"  Besides, {_worded_note(worded, 'cases' if len(worded) > 1 else 'case')}\n" if worded else "")
     return True
-
-
-def _same_raise(reference, yours) -> bool:
-    """Both raised the same exception: what the tests ask of a refusal (its type, not its words)."""
-    return is_raise(reference) and judge_raises(yours, reference) is None
 
 
 def _worded_note(worded: list[tuple[dict, dict]], which: str) -> str:

@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.cases import alike, brief, clip, telling
+from grader.cases import alike, brief, clip, graded_alike, telling
 from grader.child.case_worker import STUB
 from grader.core.patch import apply_patch
 from grader.core.paths import REPO, cache_dir
@@ -215,7 +215,7 @@ def _differs(mutant: dict, learner: dict | None) -> bool:
         return not learner.get("error", "").startswith(STUB)
     if len(learner["cases"]) != len(mutant["cases"]):
         return True
-    return any(not _is_stub(m["answer"]) and not alike(m["answer"], t["answer"], t["compare"])
+    return any(not _is_stub(m["answer"]) and not graded_alike(m["answer"], t["answer"], t["compare"])
                for m, t in zip(learner["cases"], mutant["cases"]))
 
 
@@ -263,7 +263,7 @@ def _compare(test: str, learner: dict | None, reference: dict | None, mutants: d
                                         "from your code, and it built others)")
     stubs = [c for c in mine if _is_stub(c["answer"])]
     differing = [i for i, (m, r) in enumerate(zip(mine, ref))
-                 if not _is_stub(m["answer"]) and not alike(m["answer"], r["answer"], r["compare"])]
+                 if not _is_stub(m["answer"]) and not graded_alike(m["answer"], r["answer"], r["compare"])]
     result = TestDiagnosis(test, cases=len(ref), differing=len(differing),
                            telling=sum(telling(ref[i]["answer"], mine[i]["answer"], ref[i]["compare"]) for i in differing))
     if not differing:
@@ -281,7 +281,7 @@ def _compare(test: str, learner: dict | None, reference: dict | None, mutants: d
         if answers is None or "cases" not in answers or len(answers["cases"]) != len(ref):
             continue
         theirs = [c["answer"] for c in answers["cases"]]
-        if all(alike(t, m["answer"], r["compare"]) for t, m, r in zip(theirs, mine, ref)):
+        if all(graded_alike(m["answer"], t, r["compare"]) for t, m, r in zip(theirs, mine, ref)):
             result.pitfalls.append(pid)
         elif all(alike(t, r["answer"], r["compare"]) for t, r in zip(theirs, ref)):
             result.silent.append(pid)
