@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy.optimize import nnls
 
 from .kvpool import KvPool
 from .model import GEMM_ROWS, TinyLlama, gemm_rows
@@ -136,6 +135,8 @@ def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Dr
     the fastest of interleaved repeats (another process on the machine only ever adds time) in
     this process's CPU seconds: on a core of its own they are wall-clock seconds, and on a shared
     machine they leave out the time another process held the core (section 2.2)."""
+    from scipy.optimize import nnls  # here, not at the top: it takes 0.4 s to import, and only profile needs it
+
     bt = 16
     sizes, shares = (1, 4, 16, 64), (1, 4, 16)  # rows up to 16 requests drafting 3 each; requests
     top = max(sizes)
