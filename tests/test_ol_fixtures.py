@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 
 from ol_helpers import ROOT, ol, put_reference
 
@@ -34,3 +36,12 @@ def test_an_edited_fixture_stops_check_with_exit_3(tmp_path):
     golden.unlink()
     missing = ol("check", "L10.8", "--ref-deps", workspace=workspace, env=env)
     assert missing.code == 3 and "is missing" in missing.err
+
+
+def test_the_graded_suites_and_the_projects_tests_collect_together():
+    """``pytest course/tests tests`` in one session: the suites read their fixtures through
+    ``course/tests/graded.py``, not through a ``conftest`` that another folder's conftest shadows."""
+    ran = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist",
+                          "course/tests", "tests"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
+    assert re.search(r"^\d+ tests collected", ran.stdout, re.M), ran.stdout[-500:]
