@@ -190,11 +190,11 @@ def alike(a: Answer, b: Answer, compare: str = "exact") -> bool:
     return first_difference(a, b) is None
 
 
-
 def graded_alike(answer: Answer, reference: Answer, compare: str = "exact") -> bool:
     """The graded tests cannot tell ``answer`` from ``reference``: :func:`alike`, or the same
     exception in other words (a refusal is checked by its type, :func:`judge_raises`)."""
     return alike(answer, reference, compare) or (is_raise(reference) and judge_raises(answer, reference) is None)
+
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 _WHERE = re.compile(r" \([^()]*\.py, line \d+\)$")   # where an isolated check's learner process raised
