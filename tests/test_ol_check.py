@@ -80,6 +80,8 @@ def test_a_hanging_function_times_out_within_the_bound(tmp_path, hang):
     ran = ol("check", "L10.8", "--ref-deps", "--timeout", "2", workspace=tmp_path, limit=90)
     assert ran.code == 1, ran.text
     assert "TIMEOUT  config_parses_runtime_values  timed out after 2 s" in ran.out
+    # where it hung, from the stack ol asks the test process for before it kills it
+    assert re.search(r"timed out after 2 s, in tinyllm/spec\.py, line \d+, in parse\b", ran.out), ran.out
     assert "19 of 20 tests passed" in ran.out
     assert ran.seconds < 40
 

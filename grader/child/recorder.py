@@ -14,6 +14,7 @@ assertions fails every test from then on, with a message naming what changed.
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import json
 import os
@@ -22,7 +23,7 @@ import time
 
 import pytest
 
-from grader.core.protocol import FD_ENV, NONCE_ENV, where_in_package
+from grader.core.protocol import FD_ENV, HANG_DUMP, HANG_SIGNAL, NONCE_ENV, where_in_package
 
 MESSAGE_LIMIT = 400
 # A failed case's message (grader.cases) spans lines: which case, the call, expected, yours, the rule.
@@ -218,5 +219,22 @@ def _plugin_name(plugin: object) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _dump_stack_on_signal()   # first: the recorder's snapshot of this module then holds the open file
     config.pluginmanager.register(Recorder(config), "ol-recorder")
+
+
+_HANG_FILE = None   # kept open for faulthandler, which writes to it from its signal handler
+
+
+def _dump_stack_on_signal() -> None:
+    """ol asks a test past its timeout where it is (``HANG_SIGNAL``) before killing it: the stack
+    goes to ``HANG_DUMP``, written from C, so a loop in numpy's code answers too."""
+    global _HANG_FILE
+    if HANG_SIGNAL is None:
+        return
+    try:
+        _HANG_FILE = open(HANG_DUMP, "w")
+        faulthandler.register(HANG_SIGNAL, file=_HANG_FILE, all_threads=False)
+    except (OSError, RuntimeError, ValueError):
+        _HANG_FILE = None   # a folder we may not write: the timeout is reported without a place
 

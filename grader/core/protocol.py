@@ -6,6 +6,8 @@ Standard library only: an isolated check copies this file (with ``grader/__init_
 """
 
 import os
+import re
+import signal
 
 # --- between ol and its test process (the judge) --------------------------------------------------
 IMPL_ENV = "OL_IMPL"                    # the folder holding the tinyllm/ package under test
@@ -15,6 +17,10 @@ ANSWERS_ENV = "OL_ANSWERS_DIR"          # where the suite leaves each test's ans
 TEST_TIMEOUT_ENV = "OL_TEST_TIMEOUT"    # CPU seconds a test may take (ol's run sets it)
 TEST_TIMEOUTS_ENV = "OL_TEST_TIMEOUTS"  # optional JSON {test name: CPU seconds}, overriding it per test
 CHECK_CPU_ENV = "OL_CHECK_CPU"          # optional CPU seconds for the whole check
+# A test past its timeout is asked where it is before it is killed: this signal makes the test process
+# write its stack (faulthandler) to this file in its working folder.
+HANG_SIGNAL = getattr(signal, "SIGUSR1", None)
+HANG_DUMP = "hang.txt"
 
 # --- between the judge and the learner's process (an isolated check) ------------------------------
 LEARNER_IMPL_ENV = "OL_LEARNER_IMPL"        # the learner's package, laid out for its own process
@@ -54,3 +60,16 @@ def where_in_package(tb) -> str | None:
             where = f"tinyllm/{path.rsplit('/tinyllm/', 1)[1]}, line {tb.tb_lineno}"
         tb = tb.tb_next
     return where
+
+
+_DUMPED_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+
+
+def where_in_dump(dump: str) -> str | None:
+    """``tinyllm/serve.py, line 243, in adaptive_ks``: the most recent frame in the package under
+    test of a faulthandler dump (it lists the most recent call first), if any."""
+    for frame in _DUMPED_FRAME.finditer(dump):
+        path = frame[1].replace(os.sep, "/")
+        if "/tinyllm/" in path:
+            return f"tinyllm/{path.rsplit('/tinyllm/', 1)[1]}, line {frame[2]}, in {frame[3]}"
+    return None

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Callable
 
 from grader.core.paths import REPO
-from grader.core.protocol import FD_ENV, IMPL_ENV, LEARNER_IMPL_ENV, NONCE_ENV, TEST_TIMEOUT_ENV, WALL_FACTOR
+from grader.core.protocol import (FD_ENV, HANG_DUMP, HANG_SIGNAL, IMPL_ENV, LEARNER_IMPL_ENV, NONCE_ENV, TEST_TIMEOUT_ENV,
+                                  WALL_FACTOR, where_in_dump)
 from grader.core.sandbox import Sandbox, limit_process
 from grader.layout.catalog import Module
 
@@ -266,6 +267,7 @@ def _watch(child: subprocess.Popen, read_fd: int, nonce: str, timeout: float, st
         if now >= deadline and ended and now < state.deadline:
             break
         if now >= deadline:
+            site = _hang_site(child, log_path.parent) if current and now < state.deadline else None
             _kill_group(child)
             if now >= state.deadline:
                 state.problem = "the whole check took longer than its bound and was stopped"
@@ -273,7 +275,8 @@ def _watch(child: subprocess.Popen, read_fd: int, nonce: str, timeout: float, st
                     state.item_done(current, _outcome(current, "error", "timed out: the whole check ran out of time", now - current_start))
                 state.fail_remaining("error", "not run: the whole check ran out of time")
             elif current:
-                state.item_done(current, _outcome(current, "error", f"timed out after {timeout:g} s", now - current_start))
+                where = f", in {site}" if site else ""
+                state.item_done(current, _outcome(current, "error", f"timed out after {timeout:g} s{where}", now - current_start))
             elif not collected:
                 state.fail_unimported(f"importing the code under test took longer than {timeout + STARTUP_ALLOWANCE:g} s; "
                                              "is there a loop at import time?")
@@ -372,6 +375,25 @@ def stop_all() -> None:
     """Kill every test process still running (ol was interrupted)."""
     for child in list(_LIVE):
         _kill_group(child)
+
+
+def _hang_site(child: subprocess.Popen, rundir: Path) -> str | None:
+    """Where in the learner's package the test process is stuck: its stack, asked for by
+    ``HANG_SIGNAL`` (``grader.child.recorder``), read back within a second."""
+    if HANG_SIGNAL is None:
+        return None
+    try:
+        os.kill(child.pid, HANG_SIGNAL)
+    except (ProcessLookupError, PermissionError):
+        return None
+    dump, until = rundir / HANG_DUMP, time.monotonic() + 1.0
+    while time.monotonic() < until and not (dump.is_file() and dump.stat().st_size):
+        time.sleep(0.02)
+    time.sleep(0.05)   # the handler writes the whole stack at once; this lets the last write land
+    try:
+        return where_in_dump(dump.read_text(errors="replace"))
+    except OSError:
+        return None
 
 
 def _kill_group(child: subprocess.Popen) -> None:
