@@ -172,7 +172,9 @@ if _held == 4 or _forked == 100:
 @pytest.mark.skipif(not sandbox.bounds_whole_tree(), reason="no cgroups here to bound a whole tree")
 def test_memory_and_processes_are_bounded_for_the_whole_tree(tmp_path):
     ws = workspace(tmp_path, "hoarder", MEMORY_PROBE + REFERENCE_SPEC)
-    ran = ol("check", "L10.8", "--ref-deps", "--isolate", workspace=ws, limit=180)
+    # Touching 3 GiB under the limit, and the kernel's reclaim there, took over the default 10 s
+    # import bound on a busy CI machine: this test is about memory and processes, not that bound.
+    ran = ol("check", "L10.8", "--ref-deps", "--isolate", "--timeout", "60", workspace=ws, limit=300)
     assert ran.code == 0 and "20 of 20 tests passed" in ran.out, ran.out
 
 
