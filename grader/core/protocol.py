@@ -55,11 +55,17 @@ def where_in_package(tb) -> str | None:
     """``tinyllm/spec.py, line 70`` for the innermost frame of a traceback in the package under test, if any."""
     where = None
     while tb is not None:
-        path = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
-        if "/tinyllm/" in path:
-            where = f"tinyllm/{path.rsplit('/tinyllm/', 1)[1]}, line {tb.tb_lineno}"
+        place = _in_package(tb.tb_frame.f_code.co_filename)
+        if place:
+            where = f"{place}, line {tb.tb_lineno}"
         tb = tb.tb_next
     return where
+
+
+def _in_package(path: str) -> str | None:
+    """``tinyllm/spec.py`` for a file of the package under test, else None."""
+    path = path.replace(os.sep, "/")
+    return f"tinyllm/{path.rsplit('/tinyllm/', 1)[1]}" if "/tinyllm/" in path else None
 
 
 _DUMPED_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
@@ -69,7 +75,7 @@ def where_in_dump(dump: str) -> str | None:
     """``tinyllm/serve.py, line 243, in adaptive_ks``: the most recent frame in the package under
     test of a faulthandler dump (it lists the most recent call first), if any."""
     for frame in _DUMPED_FRAME.finditer(dump):
-        path = frame[1].replace(os.sep, "/")
-        if "/tinyllm/" in path:
-            return f"tinyllm/{path.rsplit('/tinyllm/', 1)[1]}, line {frame[2]}, in {frame[3]}"
+        place = _in_package(frame[1])
+        if place:
+            return f"{place}, line {frame[2]}, in {frame[3]}"
     return None
