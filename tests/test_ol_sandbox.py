@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -372,9 +373,13 @@ def _ol_cgroups() -> list[str]:
 @pytest.mark.skipif(not sandbox.bounds_whole_tree(), reason="no cgroups here")
 def test_closing_a_cgroup_ends_every_process_in_it():
     """What ol grade does after each submission: a process tree that left its session (a case
-    worker, a daemon) is ended with the cgroup, and the cgroup is gone."""
+    worker, a daemon) is ended with the cgroup, and the cgroup is gone. The exit status of a
+    process outside it (another submission's worker) is left for its own ``wait``."""
     group = sandbox.Cgroup.create(sandbox.cgroup_name(os.getpid()) + "-test")
     assert group is not None
+    bystander = subprocess.Popen([sys.executable, "-c", "raise SystemExit(7)"])
+    while Path(f"/proc/{bystander.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.01)
     tree = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen([sys.executable, "
                              "'-c', 'import time; time.sleep(600)'], start_new_session=True); time.sleep(600)"],
                             preexec_fn=lambda: group.join("judge"))
@@ -382,12 +387,11 @@ def test_closing_a_cgroup_ends_every_process_in_it():
         for _ in range(100):
             if len(group.pids()) == 2:
                 break
-            import time
             time.sleep(0.05)
         assert len(group.pids()) == 2, group.pids()
     finally:
         group.close()
-    assert tree.wait(5) == -9
+    assert tree.wait(5) == -9 and bystander.wait(5) == 7
     assert not group.pids() and not list(Path("/sys/fs/cgroup").glob(f"*/{group.name}"))
 
 

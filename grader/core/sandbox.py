@@ -443,13 +443,14 @@ def kill_until_none(find: Callable[[], set[int]], tries: int = 50) -> None:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        _reap_children()
         time.sleep(0.02)
 
 
 def descendants(pid: int) -> set[int]:
-    """Every process below ``pid``."""
-    return _below(pid, _stats()) - {pid}
+    """Every live process below ``pid``. A zombie is left for its parent to wait for: reaping it
+    here would take its exit status from a ``Popen`` that waits for it."""
+    stats = _stats()
+    return {p for p in _below(pid, stats) if stats.get(p, (0, 0, "Z"))[2] not in "ZX"} - {pid}
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -462,16 +463,17 @@ def tree_cpu_seconds(pid: int) -> float:
     return sum(stats[p][1] for p in _below(pid, stats) if p in stats) / _TICKS
 
 
-def _below(pid: int, stats: dict[int, tuple[int, int]]) -> set[int]:
+def _below(pid: int, stats: dict[int, tuple[int, int, str]]) -> set[int]:
     found, frontier = {pid}, {pid}
     while frontier:
-        frontier = {p for p, (parent, _) in stats.items() if parent in frontier and p not in found}
+        frontier = {p for p, (parent, _, _) in stats.items() if parent in frontier and p not in found}
         found |= frontier
     return found
 
 
-def _stats() -> dict[int, tuple[int, int]]:
-    """Each process: its parent, and its user + system ticks with those of its waited-for children."""
+def _stats() -> dict[int, tuple[int, int, str]]:
+    """Each process: its parent, its user + system ticks with those of its waited-for children, and
+    its state (``Z``: a zombie)."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -480,15 +482,5 @@ def _stats() -> dict[int, tuple[int, int]]:
             fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        found[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]))
+        found[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]), fields[0])
     return found
-
-
-def _reap_children() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
