@@ -14,9 +14,10 @@ import pytest
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams
-from tinyllm.serve import (EXPLORE, MAX_DRAFT, PRIOR, Acceptance, CostTable, Lane, Policy, Server, adaptive_ks, choose_ks,
-                           expected_tokens, gemm_blocks, goodput, profile)
-from tinyllm.spec import SpecConfig, SpecError, generate
+from tinyllm.serve import (BANK_LIMIT, BANK_RATE, EXPLORE, FADE, MAX_DRAFT, PRIOR, Acceptance, Bank, CostTable, Lane,
+                           Policy, Request, Server, adaptive_ks, choose_ks, expected_tokens, faded, gemm_blocks,
+                           goodput, lookup_drafter, profile, widen)
+from tinyllm.spec import Generated, SpecConfig, SpecError, SpecStats, generate
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "fixtures" / "model" / "tiny_llama.npz"
 GREEDY = SamplingParams()
@@ -28,6 +29,8 @@ TEXTS = [
 ]
 # One gemm 10 ms, each further one 10 ms more; rows, requests and drafts almost free.
 COST = CostTable((0.010, 0.020, 0.030, 0.040), row_seconds=1e-5, request_seconds=1e-4, draft_seconds=1e-5)
+# A further gemm almost free, as on the tiny llama on this machine's CPU.
+CHEAP = CostTable((0.010, 0.0101, 0.0102, 0.0103), row_seconds=1e-5, request_seconds=1e-4, draft_seconds=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +178,88 @@ def test_blocks_fed_adaptive_never_above_plain(tiny):
             emitted += report.emitted
         per_token[policy] = blocks / emitted
     assert per_token["adaptive"] <= per_token["off"]
+
+
+def wrong_drafter(ctx, k):
+    return [0] * k  # NUL: never the tiny llama's greedy token after text
+
+
+@pytest.mark.parametrize("drafts", ["right", "wrong"])
+def test_gemms_from_the_bank_keep_gemms_per_token_within_plain(tiny, drafts):
+    """Where a further gemm is almost free, the server spends the gemms its drafts saved on wider
+    passes: where drafts are right some step feeds more gemms than its plain pass; where they are
+    all wrong (while the estimates still say 0.85) nothing was saved and no pass is wider. Over
+    the run it feeds no more gemms per emitted token than plain decoding, and its greedy output
+    is plain's."""
+    prompts = [list(t.encode()) for t in TEXTS]
+    per_token, outputs, wider = {}, {}, 0
+    for policy in ("off", "adaptive"):
+        server = Server(tiny, tiny.new_pool(320, 16), Policy.parse(policy), max_batch=16, cost=CHEAP,
+                        drafter=wrong_drafter if drafts == "wrong" else lookup_drafter)
+        for i in range(16):
+            server.submit(prompts[(i % 2) * 3], max_new=48)
+        blocks = emitted = 0
+        while not server.idle():
+            server._admit()
+            plain = gemm_blocks([p for lane in server._lanes() for p in range(lane.start, lane.start + lane.fixed)])
+            report = server.step()
+            wider += policy == "adaptive" and report.blocks > plain
+            blocks += report.blocks
+            emitted += report.emitted
+        per_token[policy] = blocks / emitted
+        outputs[policy] = {i: r.tokens for i, r in server.results.items()}
+    assert (wider > 0) == (drafts == "right")
+    assert per_token["adaptive"] <= per_token["off"]
+    assert outputs["adaptive"] == outputs["off"]
+
+
+def test_widen_opens_a_gemm_only_where_it_pays():
+    """Sixteen requests on sixteen slots: no free row. A second gemm almost free holds one draft
+    row each; not without a banked gemm, not when its rows would add fewer tokens than asked, and
+    not when a gemm costs as much as the first."""
+    full = [Lane(p, 1, 15, [0.8] * MAX_DRAFT) for p in range(32, 48)]
+    assert adaptive_ks(full, CHEAP) == [0] * 16
+    assert widen(full, [0] * 16, CHEAP, 1, 1.0) == [1] * 16
+    assert widen(full, [0] * 16, CHEAP, 2, 1.0) == [2] * 16
+    assert widen(full, [0] * 16, CHEAP, 0, 1.0) == [0] * 16
+    assert widen(full, [0] * 16, CHEAP, 1, 16 * 0.8 + 0.1) == [0] * 16
+    assert widen(full, [0] * 16, COST, 1, 1.0) == [0] * 16
+
+
+def test_the_bank_earns_plains_gemms_per_token_pays_what_was_fed_and_stops_at_its_limit():
+    """Settling a pass: each token emitted since the last settle earns BANK_RATE x plain decoding's
+    gemms per token (rate) and the gemms fed are paid; a request that ended in the pass is counted
+    then, and no more."""
+    a, b = Generated([], [], SpecStats()), Generated([], [], SpecStats())
+    bank = Bank()
+    bank.settle([Request(0, [1], GREEDY, 0, 9, frozenset(), print, out=a),
+                 Request(1, [1], GREEDY, 0, 9, frozenset(), print, out=b)])
+    a.tokens += [5, 6, 7]
+    b.tokens += [5]
+    bank.rate, bank.fed = 0.5, 1
+    bank.settle([])  # both ended in that pass
+    assert bank.balance == pytest.approx(BANK_RATE * 4 * 0.5 - 1)
+    b.tokens += [6]
+    bank.settle([])  # nothing counted twice
+    assert bank.balance == pytest.approx(BANK_RATE * 4 * 0.5 - 2)
+    bank.balance, bank.fed = BANK_LIMIT - 0.5, 0
+    bank.counted = {0: (a, 0)}
+    bank.settle([])
+    assert bank.balance == BANK_LIMIT
+
+
+def test_a_quiet_low_estimate_fades_up_to_the_pool(tiny):
+    """A rate below the pooled one moves 1 - FADE ** quiet of the way up; one above stays."""
+    assert faded([0.1, 0.9], [0.5, 0.5], 0) == [0.1, 0.9]
+    low, high = faded([0.1, 0.9], [0.5, 0.5], 2)
+    assert low == pytest.approx(0.1 + 0.4 * (1 - FADE ** 2)) and high == 0.9
+    server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=COST)
+    server.submit(list(TEXTS[1].encode()), max_new=8)
+    server._admit()
+    r = server.running[0]
+    r.estimate.rates, r.quiet = [0.0] * MAX_DRAFT, 3
+    assert server._lanes()[0].rates == faded([0.0] * MAX_DRAFT, server.pooled.rates, 3)
+    assert r.estimate.rates == [0.0] * MAX_DRAFT
 
 
 def test_a_new_request_starts_from_the_pooled_estimate(tiny):

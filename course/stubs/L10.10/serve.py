@@ -15,10 +15,11 @@ acceptance estimate, over a step time from a cost table profiled on the machine 
 is the plain path: no drafter call, no extra row. Section numbers refer to ``course/L10.10.md``.
 """
 
-# Given: MAX_DRAFT, PRIOR, WEIGHT, EXPLORE, lookup_drafter, Acceptance, CostTable, profile, Policy, Lane,
-# Request, StepReport, and in Server: the constructor, submit, idle, run, _share_prefix, _lanes,
-# _explore, _set_fills and _offer_prompt. Yours: the eleven functions that raise NotImplementedError,
-# starting with observe; write them in the order of the list at the top of the card's section 2.
+# Given: MAX_DRAFT, PRIOR, WEIGHT, EXPLORE, FADE, BANK_RATE, BANK_LIMIT, lookup_drafter, Acceptance, CostTable, profile,
+# Policy, Lane, fed_positions, slot_rows, faded, widen, Bank, Request, StepReport, and in Server: the constructor,
+# submit, idle, run, _share_prefix, _lanes, _explore, _set_fills and _offer_prompt. Yours: the eleven functions
+# that raise NotImplementedError, starting with observe; write them in the order of the list at the top of the
+# card's section 2.
 # ol tests L10.10 lists the tests, ol check L10.10 grades them.
 
 import time
@@ -37,6 +38,9 @@ MAX_DRAFT = GEMM_ROWS - 1  # a request's last token and its draft fit one gemm's
 PRIOR = 0.85  # acceptance assumed at a position nothing has been drafted at yet (vLLM's adaptive k: 0.85)
 WEIGHT = 0.3  # how far one observation moves the estimate (an exponential moving average)
 EXPLORE = 16  # rounds without a draft after which an adaptive request tries one token in a free row
+FADE = 0.7  # per round without a draft, how much of its own estimate's shortfall below the pool's is trusted
+BANK_RATE = 0.9  # the share of a saved gemm banked: plain decoding's gemms per token are estimated, not known
+BANK_LIMIT = 4  # the most gemms the bank holds: old savings do not fund a burst after the traffic changed
 
 Drafter = Callable[[Sequence[int], int], list[int]]
 
@@ -251,6 +255,78 @@ def choose_ks(policy: Policy, lanes: Sequence[Lane], cost: CostTable | None) -> 
                               "see course/L10.10.md section 2.3")
 
 
+def fed_positions(lanes: Sequence[Lane], ks: Sequence[int]) -> list[int]:
+    """The positions a step feeds: each request's fixed rows, then its ``k`` draft rows."""
+    return [p for lane, k in zip(lanes, ks) for p in range(lane.start, lane.start + lane.fixed + k)]
+
+
+def slot_rows(positions: Sequence[int]) -> list[int]:
+    """Rows at each gemm slot ``p % 16``."""
+    used = [0] * GEMM_ROWS
+    for p in positions:
+        used[p % GEMM_ROWS] += 1
+    return used
+
+
+def faded(rates: Sequence[float], pooled: Sequence[float], quiet: int) -> list[float]:
+    """What the adaptive policy trusts of a request's estimate after ``quiet`` rounds without a
+    draft (section 2.3): where it is below the pooled one it moves ``1 - FADE ** quiet`` of the way
+    up to it. A low estimate is what stops a request drafting, and then no round corrects it; a
+    high one drafts, and its rounds correct it."""
+    pull = 1 - FADE ** quiet
+    return [a + (p - a) * pull if a < p else a for a, p in zip(rates, pooled)]
+
+
+def widen(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable, gemms: int, per_gemm: float) -> list[int]:
+    """``ks`` grown into up to ``gemms`` gemms past those their pass runs, one at a time while a
+    new gemm is expected to add at least ``per_gemm`` tokens and the wider pass has the higher
+    goodput (section 2.3). A new gemm's rows go, likeliest first, to requests whose next draft
+    token lands in a slot with room and pays for its row, as in :func:`adaptive_ks`."""
+    out = list(ks)
+    used = slot_rows(fed_positions(lanes, out))
+    for cap in range(max(used) + 1, max(used) + 1 + gemms):
+        best = goodput(lanes, out, cost)
+        slots = []
+        for i, lane in enumerate(lanes):
+            for m, s in enumerate(survival(lane.rates, lane.cap), start=1):
+                if m <= out[i]:
+                    continue
+                if s <= best * (cost.row_seconds + (cost.draft_seconds if m == 1 else 0.0)):
+                    break
+                slots.append((s, i, m))
+        trial, room, added = list(out), list(used), 0.0
+        for s, i, m in sorted(slots, key=lambda c: (-c[0], c[1], c[2])):
+            slot = (lanes[i].start + lanes[i].fixed + m - 1) % GEMM_ROWS
+            if trial[i] == m - 1 and room[slot] < cap:
+                room[slot] += 1
+                trial[i], added = m, added + s
+        if added < per_gemm or goodput(lanes, trial, cost) <= best:
+            break
+        out, used = trial, room
+    return out
+
+
+@dataclass
+class Bank:
+    """Gemms the adaptive policy saved against plain decoding, to spend on wider passes (section 2.3).
+
+    Each pass is settled at the next step: its tokens earn ``BANK_RATE`` times plain decoding's
+    gemms per token (``rate``: the gemms the pass's fixed rows need, over its requests, each of
+    which plain decoding would give one token) and the gemms it was planned to feed are paid.
+    Spending only what is banked keeps gemms per token within plain decoding's; the balance stops
+    at ``BANK_LIMIT``, so savings made before the traffic changed do not pay for many gemms after."""
+
+    balance: float = 0.0
+    rate: float = 0.0
+    fed: int = 0
+    counted: dict[int, tuple[Generated, int]] = field(default_factory=dict)
+
+    def settle(self, running: Sequence["Request"]) -> None:
+        emitted = sum(len(out.tokens) - seen for out, seen in self.counted.values())
+        self.balance = min(BANK_LIMIT, self.balance + BANK_RATE * emitted * self.rate - self.fed)
+        self.counted = {r.rid: (r.out, len(r.out.tokens)) for r in running}
+
+
 # --- 2.4 The scheduler -----------------------------------------------------------------------
 
 @dataclass
@@ -307,6 +383,7 @@ class Server:
         self.running: list[Request] = []
         self.results: dict[int, Generated] = {}
         self.pooled = Acceptance()  # every request's rounds: where a new request's estimate starts
+        self.bank = Bank()
         self._reserved = 0
         self._next_id = 0
 
@@ -364,25 +441,29 @@ class Server:
     def _lanes(self) -> list[Lane]:
         """Under the adaptive policy a request drafts from its second round on: its first round
         feeds the prompt, the dearest step it has, and a lookup there has only the prompt
-        (a chat template) to match. ``off`` and static ``k`` draft as L10.8's loop does."""
+        (a chat template) to match, and it sees each estimate :func:`faded` by its quiet rounds.
+        ``off`` and static ``k`` draft as L10.8's loop does."""
         adaptive = self.policy.kind == "adaptive"
         return [Lane(r.cached, len(r.pending),
                      min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1) if r.out.tokens or not adaptive else 0,
-                     r.estimate.rates) for r in self.running]
+                     faded(r.estimate.rates, self.pooled.rates, r.quiet) if adaptive else r.estimate.rates)
+                for r in self.running]
 
     def _explore(self, ks: list[int]) -> list[int]:
-        """Bounded exploration (section 2.3): under the adaptive policy, a request that has not
-        drafted for ``EXPLORE`` rounds drafts one token if that row's slot is free in the gemms
-        the pass runs anyway. Its estimate learns only from what it drafts, so without this a
-        request whose acceptance fell would never see it come back; the cost is at most one row
-        in ``EXPLORE`` rounds, never a gemm."""
+        """The adaptive policy's two moves past :func:`adaptive_ks` (section 2.3); other policies'
+        ``ks`` pass unchanged.
+
+        Exploration: a request that has not drafted for ``EXPLORE`` rounds drafts one token if
+        that row's slot is free in the gemms the pass runs anyway. Its estimate learns only from
+        what it drafts; the cost is at most one row in ``EXPLORE`` rounds, never a gemm.
+
+        The bank: ``adaptive_ks`` never adds a gemm, so its drafts save gemms against plain
+        decoding. Those savings (:class:`Bank`) pay for whole gemms more, :func:`widen`, while a
+        wider pass has the higher goodput."""
         if self.policy.kind != "adaptive":
             return ks
         lanes = self._lanes()
-        used = [0] * GEMM_ROWS
-        for lane, k in zip(lanes, ks):
-            for p in range(lane.start, lane.start + lane.fixed + k):
-                used[p % GEMM_ROWS] += 1
+        used = slot_rows(fed_positions(lanes, ks))
         paid = max(used)
         out = list(ks)
         for i, (r, lane) in enumerate(zip(self.running, lanes)):
@@ -391,6 +472,12 @@ class Server:
             if r.quiet >= EXPLORE and lane.cap > 0 and used[slot] < paid:
                 used[slot] += 1
                 out[i], r.quiet = 1, 0
+        self.bank.settle(self.running)
+        self.bank.rate = gemm_blocks(fed_positions(lanes, [0] * len(lanes))) / len(lanes)
+        out = widen(lanes, out, self.cost, max(0, int(self.bank.balance)), 1 / (BANK_RATE * self.bank.rate))
+        for r, k in zip(self.running, out):
+            r.quiet = 0 if k else r.quiet
+        self.bank.fed = gemm_blocks(fed_positions(lanes, out))
         return out
 
     def step(self) -> StepReport:
