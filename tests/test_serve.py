@@ -15,8 +15,8 @@ from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams
 from tinyllm.serve import (BANK_LIMIT, BANK_RATE, EXPLORE, FADE, MAX_DRAFT, PRIOR, Acceptance, Bank, CostTable, Lane,
-                           Policy, Request, Server, adaptive_ks, choose_ks, expected_tokens, faded, gemm_blocks,
-                           goodput, lookup_drafter, profile, widen)
+                           Policy, Request, Server, adaptive_ks, choose_ks, expected_tokens, faded, fed_positions,
+                           gemm_blocks, goodput, lookup_drafter, profile, widen)
 from tinyllm.spec import Generated, SpecConfig, SpecError, SpecStats, generate
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "fixtures" / "model" / "tiny_llama.npz"
@@ -201,7 +201,8 @@ def test_gemms_from_the_bank_keep_gemms_per_token_within_plain(tiny, drafts):
         blocks = emitted = 0
         while not server.idle():
             server._admit()
-            plain = gemm_blocks([p for lane in server._lanes() for p in range(lane.start, lane.start + lane.fixed)])
+            lanes = server._lanes()
+            plain = gemm_blocks(fed_positions(lanes, [0] * len(lanes)))
             report = server.step()
             wider += policy == "adaptive" and report.blocks > plain
             blocks += report.blocks

@@ -450,7 +450,7 @@ def descendants(pid: int) -> set[int]:
     """Every live process below ``pid``. A zombie is left for its parent to wait for: reaping it
     here would take its exit status from a ``Popen`` that waits for it."""
     stats = _stats()
-    return {p for p in _below(pid, stats) if stats.get(p, (0, 0, "Z"))[2] not in "ZX"} - {pid}
+    return {p for p in _below(pid, stats) - {pid} if stats[p][2] not in "ZX"}
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")

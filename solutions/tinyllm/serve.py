@@ -344,8 +344,8 @@ def widen(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable, gemms: int,
     token lands in a slot with room and pays for its row, as in :func:`adaptive_ks`."""
     out = list(ks)
     used = slot_rows(fed_positions(lanes, out))
+    best = goodput(lanes, out, cost)
     for cap in range(max(used) + 1, max(used) + 1 + gemms):
-        best = goodput(lanes, out, cost)
         slots = []
         for i, lane in enumerate(lanes):
             for m, s in enumerate(survival(lane.rates, lane.cap), start=1):
@@ -360,9 +360,10 @@ def widen(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable, gemms: int,
             if trial[i] == m - 1 and room[slot] < cap:
                 room[slot] += 1
                 trial[i], added = m, added + s
-        if added < per_gemm or goodput(lanes, trial, cost) <= best:
+        wider = goodput(lanes, trial, cost)
+        if added < per_gemm or wider <= best:
             break
-        out, used = trial, room
+        out, used, best = trial, room, wider
     return out
 
 
