@@ -273,6 +273,22 @@ def chi2_survival(x: float, dof: int) -> float:
     return total
 
 
+def chi2_quantile(dof: int, p: float) -> float:
+    """The ``x`` with ``P(X > x) = p`` for X chi-square with ``dof`` degrees of freedom (scipy's
+    ``chdtri``), by bisection on :func:`chi2_survival`: the graded suites' chi-square thresholds,
+    without importing scipy in every check."""
+    low, high = 0.0, 1.0
+    while chi2_survival(high, dof) > p:
+        low, high = high, 2 * high
+    while high - low > 1e-12 * high:
+        mid = (low + high) / 2
+        if chi2_survival(mid, dof) > p:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
 def plain(value: Any) -> Any:
     """A result as JSON-able data: numpy scalars and arrays, tuples, enums and dataclasses unwrapped."""
     if isinstance(value, (bool, int, float, str)) or value is None:

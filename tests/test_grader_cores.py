@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from grader.cases import alike, chi2_survival, first_difference, message_shape, same_law
+from grader.cases import alike, chi2_quantile, chi2_survival, first_difference, message_shape, same_law
 from grader.child.judge import MAX_DEPTH, LearnerGone, MirrorObject, decode
 from grader.child.learner_server import encode
 from grader.layout.catalog import Pitfall, load_catalog
@@ -120,6 +120,12 @@ def test_same_law_edge_cases():
 def test_chi2_survival_is_scipy_s(dof):
     for x in (0.0, 0.3, 1.0, float(dof), 2.5 * dof, 40.0, 120.0):
         assert chi2_survival(x, dof) == pytest.approx(stats.chi2.sf(x, dof), rel=1e-9, abs=1e-300)
+
+
+@pytest.mark.parametrize("dof", [1, 2, 3, 5, 15, 30, 120])
+def test_chi2_quantile_is_scipy_s(dof):
+    for p in (1e-4, 0.05, 0.5, 0.99):
+        assert chi2_quantile(dof, p) == pytest.approx(stats.chi2.isf(p, dof), rel=1e-9)
 
 
 # --- the judge <-> learner codec ---------------------------------------------------------------

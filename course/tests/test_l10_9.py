@@ -8,10 +8,9 @@ through ``tinyllm.*``; ``tree_fakes`` holds the tree-scoring fake target and the
 from dataclasses import replace
 
 import numpy as np
-from scipy.special import chdtri
 
 from graded import load_fixture
-from grader.cases import Case, call, check, each, raises
+from grader.cases import Case, chi2_quantile, call, check, each, raises
 from tinyllm.kvpool import KvPool
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.pcg32 import Pcg32
@@ -460,7 +459,7 @@ def judge_law(law, seeds):
         if not big.all():
             observed, expected = np.append(observed, c[~big].sum()), np.append(expected, seeds * law[~big].sum())
         statistic = float(((observed - expected) ** 2 / expected).sum())
-        threshold = chdtri(len(observed) - 1, STAT_P_VALUE)
+        threshold = chi2_quantile(len(observed) - 1, STAT_P_VALUE)
         if statistic < threshold:
             return None
         return (f"the first token's chi-square is {statistic:.1f} on {len(observed) - 1} degrees of freedom, "

@@ -283,6 +283,8 @@ def widen(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable, gemms: int,
     goodput (section 2.3). A new gemm's rows go, likeliest first, to requests whose next draft
     token lands in a slot with room and pays for its row, as in :func:`adaptive_ks`."""
     out = list(ks)
+    if gemms < 1:
+        return out
     used = slot_rows(fed_positions(lanes, out))
     best = goodput(lanes, out, cost)
     for cap in range(max(used) + 1, max(used) + 1 + gemms):
