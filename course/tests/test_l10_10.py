@@ -93,6 +93,8 @@ def cases_hand_example_expected_tokens():
                       name="expected_tokens([0.6] * 15, 15) # rounded"))
     cases.append(call("k past the estimate", expected_tokens, [0.5] * 15, 16, expected=raises("SpecError"),
                       rule="card 2.1: k in 0..len(rates), else SpecError"))
+    cases.append(call("a bool k", expected_tokens, [0.5] * 15, True, expected=raises("SpecError"),
+                      rule="card 2.1: k an int in 0..len(rates) (a bool too), else SpecError"))
     return cases
 
 
@@ -137,6 +139,10 @@ def cases_hand_example_goodput():
         Case("section 3: one request, k = 4", f"goodput({lanes_text(one)}, [4], {HAND_COST_TEXT})",
              lambda: round(goodput(one, [4], HAND_COST), 6),
              round(expected_tokens(sure, 4) / (0.010 + 5e-5 + 1e-4 + 1e-5), 6), GOODPUT_RULE),
+        Case("section 3: sixteen requests, k = 1 each: two gemms and sixteen drafter calls",
+             f"goodput({lanes_text(full)}, [1] * 16, {HAND_COST_TEXT})",
+             lambda: round(goodput(full, [1] * 16, HAND_COST), 6),
+             round(16 * expected_tokens(sure, 1) / (0.020 + 32e-5 + 16e-4 + 16e-5), 6), GOODPUT_RULE),
         Case("section 3: one request drafts into its free slots",
              f"adaptive_ks({lanes_text(one)}, {HAND_COST_TEXT})", lambda: adaptive_ks(one, HAND_COST), [15],
              CHOICE_RULE),
@@ -341,6 +347,9 @@ def cases_admission_in_arrival_order():
              lambda: admission_order(8, [11, 11, 11, 11, 3], 8),
              {"admitted": [0, 1, 2, 3, 4], "peak": 2, "all served": True},
              rule),
+        Case("two budgets that fill the pool exactly run together", "admission_order(8, [11, 11, 11], 8)",
+             lambda: admission_order(8, [11, 11, 11], 8), {"admitted": [0, 1, 2], "peak": 2, "all served": True},
+             rule),
         Case("a short request behind a long one", "admission_order(1, [12, 1, 1, 1], 64)",
              lambda: admission_order(1, [12, 1, 1, 1], 64), {"admitted": [0, 1, 2, 3], "peak": 1, "all served": True},
              rule),
@@ -466,6 +475,7 @@ def conserved(seed: int, requests: int) -> dict:
     model = small()
     pool = model.new_pool(48, 4)
     problems = []
+    everyone: list[list[int]] = []  # the tokens each request's listener heard
     served_count = 0
     for policy in ("off", "4", "adaptive"):
         server = Server(model, pool, Policy.parse(policy), max_batch=rnd.choice([2, 6]), cost=HAND_COST)
@@ -475,6 +485,7 @@ def conserved(seed: int, requests: int) -> dict:
             for _ in range(min(left, rnd.choice([0, 0, 1, 3]))):
                 stop_at = rnd.choice([None, rnd.randint(1, 8)])
                 heard = []
+                everyone.append(heard)
 
                 def listener(token, logprob, heard=heard, stop_at=stop_at):
                     heard.append(token)
@@ -484,7 +495,19 @@ def conserved(seed: int, requests: int) -> dict:
                 server.submit(prompt, SamplingParams(temperature=rnd.choice([0.0, 1.0])), seed=rnd.randrange(99),
                               max_new=rnd.randint(0, 14), eos=[rnd.randrange(24)], on_token=listener)
                 left -= 1
-            server.step()
+            idle, heard_before, ended_before = server.idle(), sum(len(h) for h in everyone), set(server.results)
+            report = server.step()
+            ended = [rid for rid in server.results if rid not in ended_before]
+            if sorted(report.finished) != sorted(ended) and len(problems) < 3:
+                problems.append(f"{policy}: requests {sorted(ended)} ended in a step that reports finished "
+                                f"{report.finished}")
+            heard_now = sum(len(h) for h in everyone)
+            if idle and (report.rows, report.blocks, report.emitted, report.ks, report.finished) != (0, 0, 0, {}, []) \
+                    and len(problems) < 3:
+                problems.append(f"{policy}: a step of an idle server reports {report}")
+            if report.emitted != heard_now - heard_before and len(problems) < 3:
+                problems.append(f"{policy}: a step reports {report.emitted} tokens emitted, its listeners heard "
+                                f"{heard_now - heard_before}")
             running = server.running
             held = sum(len(r.table) for r in running)
             wrong = [r.rid for r in running if len(r.table) != -(-r.cached // 4)]
@@ -499,7 +522,9 @@ def conserved(seed: int, requests: int) -> dict:
 
 def cases_blocks_conserved_under_load():
     rule = ("card 2.4: after every step a running request's table holds blocks_for(its cached positions); a "
-            "request that ends gives back all its blocks in that step; nothing leaks")
+            "request that ends gives back all its blocks in that step; nothing leaks; a StepReport's emitted is "
+            "the tokens its step handed the listeners, its finished every request that ended in it (max_new = 0 at "
+            "admission too), and an idle server's step reports nothing")
     return [Case(f"seed {seed}", f"conserved({seed}, 334)   # conserved() in course/tests/test_l10_10.py",
                  lambda s=seed: conserved(s, 334), {"served": 333, "free at the end": 48, "problems": []}, rule)
             for seed in (1, 2, 3)]

@@ -350,6 +350,11 @@ def cases_verify_rejects_bad_shapes():
         "a draft distribution summing to 0.9": (rows3, [1, 2], [q, np.full(4, 0.225)]),
         "a negative draft probability": (rows3, [1, 2], [q, np.array([0.6, 0.5, 0.1, -0.2])]),
         "a NaN draft probability": (rows3, [1, 2], [q, np.array([0.5, np.nan, 0.5, 0.0])]),
+        "a row holding NaN": ([np.zeros(4, np.float32), np.array([0, np.nan, 0, 0], np.float32), rows3[0]], [1, 2],
+                              None),
+        "a row holding +inf": ([np.zeros(4, np.float32), np.array([0, np.inf, 0, 0], np.float32), rows3[0]], [1, 2],
+                               None),
+        "a bool draft token": (rows3, [True, 2], None),
     }
     rule = ("card 2.2: a malformed round raises SpecError naming the bad value; each draft distribution is "
             "V non-negative numbers summing to 1 within 1e-6")
@@ -464,10 +469,11 @@ def cases_eos_and_max_tokens_end_generation():
                                               GREEDY, 3, 20, [4]), "tokens", "target_calls"),
                       {"tokens": [2, 3, 4], "target_calls": 1}, rule))
     bad_rule = ("card 2.5: before anything is fed, SpecError for an empty prompt, a max_new that is not an int >= 0 "
-                "(a bool too), a seed that is not an int in [0, 2**64), and a target that already caches positions")
+                "(a bool too), a seed that is not an int in [0, 2**64) (a bool too), and a target that already caches "
+                "positions")
     for what, prompt, seed, max_new in (("an empty prompt", [], 0, 4), ("max_new = -1", [1], 0, -1),
                                         ("max_new = True", [1], 0, True), ("seed = -1", [1], -1, 4),
-                                        ("seed = 2**64", [1], 2**64, 4)):
+                                        ("seed = 2**64", [1], 2**64, 4), ("seed = True", [1], True, 4)):
         cases.append(Case(f"refused: {what}", generation_text("CycleTarget(CYCLE)", SpecConfig(Draft.NONE, 4), prompt,
                                                               GREEDY, seed, max_new, []),
                           lambda a=(prompt, seed, max_new): refused_request(*a), raises("SpecError"), bad_rule))

@@ -103,9 +103,13 @@ def cases_tree_rejects_bad_parents():
     rule = ("card 2.1: parents[0] is -1, every other parent is an earlier node, depths never decrease along "
             "the list; anything else raises TreeError")
     bad = {"empty": [], "no root": [0, 0], "a second root": [-1, -1], "a parent after its child": [-1, 2, 0],
-           "a node its own parent": [-1, 1], "depths that go back up": [-1, 0, 1, 0], "a bool parent": [-1, True]}
-    return [call(f"{what}: {fn.__name__}", fn, parents, expected=raises("TreeError"), rule=rule)
-            for what, parents in bad.items() for fn in (tree_depths, tree_mask, tree_paths)]
+           "a node its own parent": [-1, 1], "depths that go back up": [-1, 0, 1, 0], "a bool parent": [-1, True],
+           "a bool parent that would be in range": [-1, 0, True]}
+    cases = [call(f"{what}: {fn.__name__}", fn, parents, expected=raises("TreeError"), rule=rule)
+             for what, parents in bad.items() for fn in (tree_depths, tree_mask, tree_paths)]
+    start_rule = "card 2.1: start must be an int >= 0 (a bool is refused); anything else raises TreeError"
+    return cases + [call(f"start = {start!r}: tree_positions", tree_positions, start, [-1, 0], expected=raises("TreeError"),
+                         rule=start_rule) for start in (-1, 2.5, True)]
 
 
 def test_tree_rejects_bad_parents():
