@@ -381,6 +381,8 @@ def cases_temperature_scales_before_filters():
     x = [2.0, 1.0, 0.0, -1.0]
     cases = [dist_case(f"T = {t}", x, params(temperature=t), softmax(np.array(x) / t).tolist(), rule)
              for t in (0.5, 1.0, 2.0)]
+    big = [1000.0, 999.0, 0.0, -1.0]  # exp(1000) overflows: the softmax subtracts the largest logit first
+    cases.append(dist_case("logits near 1000 at T = 1", big, params(temperature=1.0), softmax(big).tolist(), rule))
     # top-p 0.8 keeps one id at T = 0.5, two at T = 1 and three at T = 2
     for t, support in ((0.5, [0]), (1.0, [0, 1]), (2.0, [0, 1, 2])):
         cases.append(dist_case(f"top_p 0.8 at T = {t} keeps {len(support)}", x, params(temperature=t, top_p=0.8),
@@ -535,6 +537,8 @@ def cases_logprob_is_log_softmax_of_penalized_logits():
     return [
         case("card 3: [0, 1, 3, 0.5] at id 2", "log_softmax_at(np.array([0.0, 1.0, 3.0, 0.5]), 2)",
              3.0 - math.log(1 + math.e + math.e**3 + math.e**0.5), LOGPROB_RULE),
+        case("logits near 1000 do not overflow", "log_softmax_at(np.array([1000.0, 999.0, 0.0]), 1)",
+             -1.0 - math.log1p(math.exp(-1.0) + math.exp(-1000.0)), LOGPROB_RULE),
     ] + [case(f"seed {seed}: T 0.5, top_k 2, penalty 1.5 on id 0",
               f"sample({f32([2.0, 1.0, 0.0, -1.0])}, {prm}, [0], [], stream({seed}))", want, LOGPROB_RULE, judge=judge)
          for seed in range(10)]
