@@ -147,6 +147,8 @@ def cases_hand_example_suffix_tree():
         suffix_case("the votes first, then the latest text", [5, 1, 2, 7, 5, 1, 2, 7, 5, 1, 2, 8, 5, 1], 2, 6, 4,
                     {"tokens": [2, 7, 8, 5, 5, 1, 2], "parents": [-1, 0, 0, 1, 2, 3, 5]}),
         suffix_case("width 1 is prompt lookup", ctx, 3, 4, 1, {"tokens": [3, 9, 5, 1, 2], "parents": [-1, 0, 1, 2, 3]}),
+        suffix_case("a run of one token: the latest start overlaps the suffix", [4, 4, 4], 4, 3, 4,
+                    {"tokens": [4, 4], "parents": [-1, 0]}),
         suffix_case("no earlier occurrence: the root alone", [4, 5, 6], 7, 5, 3, {"tokens": [7], "parents": [-1]}),
         suffix_case("k = 0: the root alone", ctx, 3, 0, 4, {"tokens": [3], "parents": [-1]}),
     ]
@@ -556,6 +558,8 @@ def cases_hand_example_compaction():
         compact_case("a path that does not start at the root", 4, [4, 4], [1, 2], raises("TreeError")),
         compact_case("a path that goes back", 4, [4, 4], [0, 3, 2], raises("TreeError")),
         compact_case("a node one past the table's last slot", 4, [4, 4], [0, 4], raises("TreeError")),
+        compact_case("a node twice", 4, [4, 4], [0, 2, 2], raises("TreeError")),
+        compact_case("a bool start", True, [4, 4], [0, 1], raises("TreeError")),
     ]
 
 
@@ -767,7 +771,47 @@ def cases_generate_tree_streams_and_stops_when_told():
                                                                 CYCLE_PROMPT, GREEDY, 0, 0, []).items()
                                if k in ("tokens", "target_calls", "cached")},
                       {"tokens": [], "target_calls": 0, "cached": 0}, rule))
+    bad_rule = ("card 2.5: before anything is fed, TreeError for an empty prompt, a max_new that is not an int >= 0 "
+                "(a bool too) and a target that already caches positions; in a round, TreeError for a tree not "
+                "rooted at the pending token or with more nodes below the root than max_new - emitted - 1")
+    bad = [("an empty prompt", "TreeCycleTarget(CYCLE)", "SuffixTreeDrafter(8, 2)", [], 4),
+           ("max_new = -1", "TreeCycleTarget(CYCLE)", "SuffixTreeDrafter(8, 2)", CYCLE_PROMPT, -1),
+           ("max_new = True", "TreeCycleTarget(CYCLE)", "SuffixTreeDrafter(8, 2)", CYCLE_PROMPT, True),
+           ("a target already caching positions", "started_cycle_target()", "SuffixTreeDrafter(8, 2)", CYCLE_PROMPT, 4),
+           ("a tree rooted elsewhere", "TreeCycleTarget(CYCLE)", "FixedDrafter([9, 2], [-1, 0])", CYCLE_PROMPT, 4),
+           ("a tree past the budget", "TreeCycleTarget(CYCLE)", "FixedDrafter(None, [-1, 0, 1, 2, 3])", CYCLE_PROMPT, 4)]
+    for what, target, drafter, prompt, max_new in bad:
+        cases.append(Case(f"refused: {what}", f"generate_tree({target}, {drafter}, {prompt}, SamplingParams(), 0, "
+                          f"{max_new}, [])   # {target.split('(')[0]}, {drafter.split('(')[0]}: course/tests/test_l10_9.py",
+                          lambda a=(target, drafter, prompt, max_new): refused_tree_request(*a),
+                          raises("TreeError"), bad_rule))
     return cases
+
+
+class FixedDrafter:
+    """A drafter that always proposes one tree: ``tokens`` (None: the pending token, then 1, 2, ...) under ``parents``."""
+
+    def __init__(self, tokens, parents):
+        self.tokens, self.parents = tokens, parents
+
+    def propose(self, ctx, pending, k) -> DraftTree:
+        tokens = self.tokens or [int(pending)] + [1 + i for i in range(len(self.parents) - 1)]
+        return DraftTree(list(tokens), list(self.parents))
+
+
+def started_cycle_target() -> TreeCycleTarget:
+    target = TreeCycleTarget(CYCLE)
+    target.extend([0, 1])
+    return target
+
+
+def refused_tree_request(target: str, drafter: str, prompt, max_new):
+    """A bad request's or a bad tree's generate_tree call; it must raise TreeError."""
+    made = {"TreeCycleTarget(CYCLE)": lambda: TreeCycleTarget(CYCLE), "started_cycle_target()": started_cycle_target}
+    drafters = {"SuffixTreeDrafter(8, 2)": lambda: SuffixTreeDrafter(8, 2),
+                "FixedDrafter([9, 2], [-1, 0])": lambda: FixedDrafter([9, 2], [-1, 0]),
+                "FixedDrafter(None, [-1, 0, 1, 2, 3])": lambda: FixedDrafter(None, [-1, 0, 1, 2, 3])}
+    return generate_tree(made[target](), drafters[drafter](), prompt, GREEDY, 0, max_new, [])
 
 
 def test_generate_tree_streams_and_stops_when_told():
