@@ -470,12 +470,18 @@ def test_prefix_cache_feeds_the_rest():
 def conserved(seed: int, requests: int) -> dict:
     """``requests`` random requests (arrivals, prompts, lengths, EOS, listeners that stop early, sampled or
     greedy) under each policy in turn; after every step each running request holds the blocks its cache
-    needs and every other block is free; a request ends with its blocks back in that step."""
+    needs and every other block is free; a request ends with its blocks back in that step; each step's
+    report counts the tokens its listeners heard and the requests that ended in it."""
     rnd = random.Random(seed)
     model = small()
     pool = model.new_pool(48, 4)
-    problems = []
-    everyone: list[list[int]] = []  # the tokens each request's listener heard
+    problems: list[str] = []
+    heard: list[int] = []  # every token any listener heard, in order
+
+    def note(problem: str) -> None:
+        if len(problems) < 3:
+            problems.append(problem)
+
     served_count = 0
     for policy in ("off", "4", "adaptive"):
         server = Server(model, pool, Policy.parse(policy), max_batch=rnd.choice([2, 6]), cost=HAND_COST)
@@ -484,38 +490,34 @@ def conserved(seed: int, requests: int) -> dict:
         while left or not server.idle():
             for _ in range(min(left, rnd.choice([0, 0, 1, 3]))):
                 stop_at = rnd.choice([None, rnd.randint(1, 8)])
-                heard = []
-                everyone.append(heard)
+                mine: list[int] = []
 
-                def listener(token, logprob, heard=heard, stop_at=stop_at):
+                def listener(token, logprob, mine=mine, stop_at=stop_at):
+                    mine.append(token)
                     heard.append(token)
-                    return stop_at is None or len(heard) < stop_at
+                    return stop_at is None or len(mine) < stop_at
 
                 prompt = [rnd.randrange(6) for _ in range(rnd.randint(1, 10))]
                 server.submit(prompt, SamplingParams(temperature=rnd.choice([0.0, 1.0])), seed=rnd.randrange(99),
                               max_new=rnd.randint(0, 14), eos=[rnd.randrange(24)], on_token=listener)
                 left -= 1
-            idle, heard_before, ended_before = server.idle(), sum(len(h) for h in everyone), set(server.results)
+            idle, heard_before, ended_before = server.idle(), len(heard), set(server.results)
             report = server.step()
             ended = [rid for rid in server.results if rid not in ended_before]
-            if sorted(report.finished) != sorted(ended) and len(problems) < 3:
-                problems.append(f"{policy}: requests {sorted(ended)} ended in a step that reports finished "
-                                f"{report.finished}")
-            heard_now = sum(len(h) for h in everyone)
-            if idle and (report.rows, report.blocks, report.emitted, report.ks, report.finished) != (0, 0, 0, {}, []) \
-                    and len(problems) < 3:
-                problems.append(f"{policy}: a step of an idle server reports {report}")
-            if report.emitted != heard_now - heard_before and len(problems) < 3:
-                problems.append(f"{policy}: a step reports {report.emitted} tokens emitted, its listeners heard "
-                                f"{heard_now - heard_before}")
+            if sorted(report.finished) != sorted(ended):
+                note(f"{policy}: requests {sorted(ended)} ended in a step that reports finished {report.finished}")
+            if idle and (report.rows, report.blocks, report.emitted, report.ks, report.finished) != (0, 0, 0, {}, []):
+                note(f"{policy}: a step of an idle server reports {report}")
+            if report.emitted != len(heard) - heard_before:
+                note(f"{policy}: a step reports {report.emitted} tokens emitted, its listeners heard "
+                     f"{len(heard) - heard_before}")
             running = server.running
             held = sum(len(r.table) for r in running)
             wrong = [r.rid for r in running if len(r.table) != -(-r.cached // 4)]
             in_use = 48 - server.pool.num_free()
-            if (wrong or in_use != held) and len(problems) < 3:
-                problems.append(f"{policy}: after a step {in_use} blocks in use, the "
-                                f"running requests' caches need {held}" + (f"; request {wrong[0]}'s table does not "
-                                                                           "fit its cache" if wrong else ""))
+            if wrong or in_use != held:
+                note(f"{policy}: after a step {in_use} blocks in use, the running requests' caches need {held}"
+                     + (f"; request {wrong[0]}'s table does not fit its cache" if wrong else ""))
         served_count += len(server.results)
     return {"served": served_count, "free at the end": server.pool.num_free(), "problems": problems}
 
