@@ -17,7 +17,7 @@ from tinyllm.pcg32 import Pcg32
 from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams, stream
 from tinyllm.trees import (DraftTree, ModelDrafter, PromptLookupDrafter, SuffixTreeDrafter, chain_tree, compact,
-                           generate_tree, tree_depths, tree_mask, tree_paths, tree_positions, verify_tree)
+                           generate_tree, tree_depths, tree_mask, tree_paths, tree_positions, trie_tree, verify_tree)
 from test_l10_8 import GREEDY, f32_row, f64_row, judge_stream, params_text, plain_greedy, rows_text
 from tree_fakes import Script, TreeCycleTarget, TreeTableTarget
 
@@ -124,9 +124,12 @@ SUFFIX_RULE = ("card 2.2: the longest suffix (max_ngram down to min_ngram) with 
                "flattened breadth-first with children in the same order")
 
 
-def suffix(ctx, pending, k, width, max_ngram=3, min_ngram=1):
-    tree = SuffixTreeDrafter(k, width, max_ngram, min_ngram).propose(ctx, pending, k)
+def tree_shape(tree) -> dict:
     return {"tokens": [int(t) for t in tree.tokens], "parents": [int(p) for p in tree.parents]}
+
+
+def suffix(ctx, pending, k, width, max_ngram=3, min_ngram=1):
+    return tree_shape(SuffixTreeDrafter(k, width, max_ngram, min_ngram).propose(ctx, pending, k))
 
 
 def suffix_case(label, ctx, pending, k, width, want, max_ngram=3, min_ngram=1) -> Case:
@@ -151,7 +154,10 @@ def cases_hand_example_suffix_tree():
                     {"tokens": [4, 4], "parents": [-1, 0]}),
         suffix_case("no earlier occurrence: the root alone", [4, 5, 6], 7, 5, 3, {"tokens": [7], "parents": [-1]}),
         suffix_case("k = 0: the root alone", ctx, 3, 0, 4, {"tokens": [3], "parents": [-1]}),
-    ]
+    ] + [Case(f"trie_tree with budget {budget}: the root alone", f"trie_tree(3, [[9, 5], [9, 6]], {budget})",
+              lambda budget=budget: tree_shape(trie_tree(3, [[9, 5], [9, 6]], budget)),
+              {"tokens": [3], "parents": [-1]}, SUFFIX_RULE + "; no node below the root when budget <= 0")
+         for budget in (0, -1)]
 
 
 def test_hand_example_suffix_tree():
@@ -560,6 +566,7 @@ def cases_hand_example_compaction():
         compact_case("a node one past the table's last slot", 4, [4, 4], [0, 4], raises("TreeError")),
         compact_case("a node twice", 4, [4, 4], [0, 2, 2], raises("TreeError")),
         compact_case("a bool start", True, [4, 4], [0, 1], raises("TreeError")),
+        compact_case("a float start", 2.5, [4, 4], [0, 1], raises("TreeError")),
     ]
 
 
