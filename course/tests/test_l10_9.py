@@ -781,16 +781,21 @@ def cases_generate_tree_streams_and_stops_when_told():
     bad_rule = ("card 2.5: before anything is fed, TreeError for an empty prompt, a max_new that is not an int >= 0 "
                 "(a bool too) and a target that already caches positions; in a round, TreeError for a tree not "
                 "rooted at the pending token or with more nodes below the root than max_new - emitted - 1")
-    bad = [("an empty prompt", "TreeCycleTarget(CYCLE)", "SuffixTreeDrafter(8, 2)", [], 4),
-           ("max_new = -1", "TreeCycleTarget(CYCLE)", "SuffixTreeDrafter(8, 2)", CYCLE_PROMPT, -1),
-           ("max_new = True", "TreeCycleTarget(CYCLE)", "SuffixTreeDrafter(8, 2)", CYCLE_PROMPT, True),
-           ("a target already caching positions", "started_cycle_target()", "SuffixTreeDrafter(8, 2)", CYCLE_PROMPT, 4),
-           ("a tree rooted elsewhere", "TreeCycleTarget(CYCLE)", "FixedDrafter([9, 2], [-1, 0])", CYCLE_PROMPT, 4),
-           ("a tree past the budget", "TreeCycleTarget(CYCLE)", "FixedDrafter(None, [-1, 0, 1, 2, 3])", CYCLE_PROMPT, 4)]
-    for what, target, drafter, prompt, max_new in bad:
+    fresh = ("TreeCycleTarget(CYCLE)", lambda: TreeCycleTarget(CYCLE))
+    suffix8 = ("SuffixTreeDrafter(8, 2)", lambda: SuffixTreeDrafter(8, 2))
+    bad = [("an empty prompt", fresh, suffix8, [], 4),
+           ("max_new = -1", fresh, suffix8, CYCLE_PROMPT, -1),
+           ("max_new = True", fresh, suffix8, CYCLE_PROMPT, True),
+           ("a target already caching positions", ("started_cycle_target()", started_cycle_target), suffix8,
+            CYCLE_PROMPT, 4),
+           ("a tree rooted elsewhere", fresh,
+            ("FixedDrafter([9, 2], [-1, 0])", lambda: FixedDrafter([9, 2], [-1, 0])), CYCLE_PROMPT, 4),
+           ("a tree past the budget", fresh,
+            ("FixedDrafter(None, [-1, 0, 1, 2, 3])", lambda: FixedDrafter(None, [-1, 0, 1, 2, 3])), CYCLE_PROMPT, 4)]
+    for what, (target, make_target), (drafter, make_drafter), prompt, max_new in bad:
         cases.append(Case(f"refused: {what}", f"generate_tree({target}, {drafter}, {prompt}, SamplingParams(), 0, "
                           f"{max_new}, [])   # {target.split('(')[0]}, {drafter.split('(')[0]}: course/tests/test_l10_9.py",
-                          lambda a=(target, drafter, prompt, max_new): refused_tree_request(*a),
+                          lambda a=(make_target, make_drafter, prompt, max_new): refused_tree_request(*a),
                           raises("TreeError"), bad_rule))
     return cases
 
@@ -812,13 +817,9 @@ def started_cycle_target() -> TreeCycleTarget:
     return target
 
 
-def refused_tree_request(target: str, drafter: str, prompt, max_new):
+def refused_tree_request(make_target, make_drafter, prompt, max_new):
     """A bad request's or a bad tree's generate_tree call; it must raise TreeError."""
-    made = {"TreeCycleTarget(CYCLE)": lambda: TreeCycleTarget(CYCLE), "started_cycle_target()": started_cycle_target}
-    drafters = {"SuffixTreeDrafter(8, 2)": lambda: SuffixTreeDrafter(8, 2),
-                "FixedDrafter([9, 2], [-1, 0])": lambda: FixedDrafter([9, 2], [-1, 0]),
-                "FixedDrafter(None, [-1, 0, 1, 2, 3])": lambda: FixedDrafter(None, [-1, 0, 1, 2, 3])}
-    return generate_tree(made[target](), drafters[drafter](), prompt, GREEDY, 0, max_new, [])
+    return generate_tree(make_target(), make_drafter(), prompt, GREEDY, 0, max_new, [])
 
 
 def test_generate_tree_streams_and_stops_when_told():
