@@ -265,11 +265,13 @@ def test_next_f64_from_two_draws():
 def cases_sampling_params_reject_bad_values():
     rule = ("spec sampling.md 'SamplingParams': a value outside its field's range (a negative temperature, "
             "NaN or infinity anywhere, a negative or float top_k, top_p outside (0, 1], min_p outside [0, 1], "
-            "a repetition penalty <= 0) raises ValueError naming the field; edge values are accepted")
+            "a repetition penalty <= 0, a bool in any field) raises ValueError naming the field; edge values are "
+            "accepted")
     bad = [("temperature", "-0.1"), ("temperature", "float('nan')"), ("temperature", "float('inf')"),
            ("top_k", "-1"), ("top_k", "2.5"), ("top_p", "0.0"), ("top_p", "1.5"), ("top_p", "float('nan')"),
            ("min_p", "-0.01"), ("min_p", "1.01"), ("repetition_penalty", "0.0"), ("repetition_penalty", "-1.0"),
-           ("presence_penalty", "float('nan')"), ("frequency_penalty", "float('inf')")]
+           ("presence_penalty", "float('nan')"), ("frequency_penalty", "float('inf')"),
+           ("temperature", "True"), ("top_k", "True"), ("top_p", "True")]
     cases = [case(f"{field}={value}", f"SamplingParams({field}={value})", raises("ValueError"), rule,
                   judge=judge_raises_naming(field)) for field, value in bad]
     edges = [{"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0},
@@ -742,10 +744,12 @@ def test_kvpool_retain_shares_a_block():
 
 
 def cases_kvpool_fill_and_set_fill():
-    rule = "card 2.4: set_fill(b, n) accepts 0 <= n <= block_tokens; any other n raises PoolError and changes nothing"
+    rule = ("card 2.4: set_fill(b, n) accepts an integer 0 <= n <= block_tokens; any other n (a bool too) raises "
+            "PoolError and changes nothing")
     block = "pool = KvPool(2, 8); b = pool.allocate()"
     return [case(f"set_fill(b, {n})", f"{block}; pool.set_fill(b, {n}); pool.fill(b)", n, rule) for n in (0, 1, 8, 3)] + [
-        case(f"set_fill(b, {n}) is refused", f"{block}; pool.set_fill(b, {n})", raises("PoolError"), rule) for n in (9, -1)
+        case(f"set_fill(b, {n}) is refused", f"{block}; pool.set_fill(b, {n})", raises("PoolError"), rule)
+        for n in (9, -1, True)
     ] + [case("a refused set_fill changes nothing",
               f"{block}; pool.set_fill(b, 3); [refused(lambda: pool.set_fill(b, 9)), refused(lambda: pool.set_fill(b, -1)), "
               "pool.fill(b)]" + REFUSED_NOTE, ["PoolError", "PoolError", 3], rule)]
@@ -804,7 +808,7 @@ def test_kvpool_freed_block_leaves_prefix_index():
 
 def cases_kvpool_exhaustion_raises_pool_error():
     rule = ("card 2.4: allocate raises PoolError when every block is in use, and the pool works on after a "
-            "release; a pool with no blocks or no slots per block is refused with PoolError")
+            "release; a pool with no blocks or no slots per block, or sized with a bool, is refused with PoolError")
     full = "pool = KvPool(3, 4); held = [pool.allocate() for _ in range(3)]"
     return [
         case("the fourth allocate of three blocks", f"{full}; pool.allocate()", raises("PoolError"), rule),
@@ -814,6 +818,8 @@ def cases_kvpool_exhaustion_raises_pool_error():
              {"fourth allocate": "PoolError", "num_free after it": 0, "allocate after a release": True}, rule),
         case("KvPool(0, 4) is refused", "KvPool(0, 4)", raises("PoolError"), rule),
         case("KvPool(4, 0) is refused", "KvPool(4, 0)", raises("PoolError"), rule),
+        case("KvPool(True, 4) is refused", "KvPool(True, 4)", raises("PoolError"), rule),
+        case("KvPool(4, True) is refused", "KvPool(4, True)", raises("PoolError"), rule),
     ]
 
 
@@ -822,8 +828,8 @@ def test_kvpool_exhaustion_raises_pool_error():
 
 
 def cases_kvpool_double_release_raises_pool_error():
-    rule = ("card 2.4: releasing, retaining or filling a free block, or touching a block that does not exist, "
-            "raises PoolError and leaves the pool as it was")
+    rule = ("card 2.4: releasing, retaining or filling a free block, or touching a block that does not exist "
+            "(a bool is not a block id), raises PoolError and leaves the pool as it was")
     freed = "pool = KvPool(3, 4); b = pool.allocate(); pool.release(b)"
     touches = [("release", "pool.release(b)"), ("retain", "pool.retain(b)"), ("fill", "pool.fill(b)"),
                ("set_fill", "pool.set_fill(b, 1)")]
@@ -834,6 +840,9 @@ def cases_kvpool_double_release_raises_pool_error():
                       {"second release": "PoolError", "num_free": 3, "refcount": 0}, rule))
     cases += [case(f"release({b}) of a block that does not exist", f"pool = KvPool(3, 4); pool.release({b})",
                    raises("PoolError"), rule) for b in (-1, 3, 99)]
+    held = "pool = KvPool(3, 4); a, b = pool.allocate(), pool.allocate()"
+    cases += [case(f"{what}(True) while block 1 is in use: True is not a block id", f"{held}; pool.{what}(True)",
+                   raises("PoolError"), rule) for what in ("release", "retain", "fill", "refcount")]
     attempts = ", ".join(f"lambda: {text}" for _, text in touches) + ", lambda: pool.release(-1), lambda: pool.release(3)"
     cases.append(case("the pool is whole after every refusal",
                       f"{freed}; refusals = [refused(f) for f in ({attempts})]; "
