@@ -308,6 +308,8 @@ def test_hand_example_greedy_tree():
 
 SIB_ROW = np.log(np.array([0.4, 0.3, 0.2, 0.1])).astype(np.float32)
 SIB_Q = np.array([0.1, 0.6, 0.2, 0.1])
+TIE_ROW = np.array([0.0, 0.0], dtype=np.float32)
+TIE_LEAF = np.array([0.0, 3.0], dtype=np.float32)
 
 
 def cases_hand_example_sampled_siblings():
@@ -332,6 +334,16 @@ def cases_hand_example_sampled_siblings():
              {"tokens": [1, 2], "path": [0, 2], "logprobs": [lp[1], leaf_lp], "draws": 5}),
         case("the second sibling rejected at 0.84 > 0.5 / 0.6; u_r = 0.7 walks to 3", [0.7, 0.0, 0.84, 0.7],
              {"tokens": [3], "path": [0], "logprobs": [lp[3]], "draws": 4}),
+    ] + [
+        # p = [0.5 0.5] exactly (two equal logits), so u_a can equal p(0) / q(0) = 0.5 to the last bit.
+        verify_case(f"u_a = {u_a!r} against p / q = 0.5: {'rejects' if u_a == 0.5 else 'accepts'} (strictly below)",
+                    [TIE_ROW, TIE_LEAF], DraftTree([1, 0], [-1, 0]), prm, [], [], f"Script({draws})",
+                    lambda draws=draws: Script(draws), want, SAMPLED_RULE)
+        for u_a, draws, want in (
+            (0.5, [0.5, 0.3, 0.1], {"tokens": [1], "path": [0], "logprobs": [-float(np.log(2.0))], "draws": 2}),
+            (float(np.nextafter(0.5, 0.0)), [float(np.nextafter(0.5, 0.0)), 0.3, 0.1],
+             {"tokens": [0, 1], "path": [0, 1], "logprobs": [-float(np.log(2.0)), 3.0 - float(np.log(1 + np.exp(3.0)))],
+              "draws": 3}))
     ]
 
 
