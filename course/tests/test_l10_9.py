@@ -184,10 +184,12 @@ def draft_model(vocab: int = 12) -> TinyLlama:
 
 
 def drafted(params, k, seed, branch, ctx, pending):
-    tree = ModelDrafter(draft_model(), params, k, seed, branch).propose(ctx, pending, k)
+    drafter = ModelDrafter(draft_model(), params, k, seed, branch)
+    tree = drafter.propose(ctx, pending, k)
     return {"tokens": [int(t) for t in tree.tokens], "parents": [int(p) for p in tree.parents],
             "probs": None if tree.probs is None else
-            [None if q is None else np.asarray(q, dtype=np.float64).tolist() for q in tree.probs]}
+            [None if q is None else np.asarray(q, dtype=np.float64).tolist() for q in tree.probs],
+            "passes": drafter.passes}
 
 
 def softmax_at(row, temperature: float) -> np.ndarray:
@@ -219,7 +221,8 @@ def expected_draft(temperature, k, seed, branch, ctx, pending):
     m = len(extra)
     parents = [-1, 0] + [0] * m + ([1] if len(chain) > 1 else []) + list(range(m + 2, m + len(chain)))
     probs = None if temperature == 0.0 else [None, qs[0]] + [None] * m + qs[1:]
-    return {"tokens": [pending, chain[0]] + extra + chain[1:], "parents": parents, "probs": probs}
+    return {"tokens": [pending, chain[0]] + extra + chain[1:], "parents": parents, "probs": probs,
+            "passes": len(chain)}
 
 
 def judge_draft(got, want) -> str | None:
@@ -230,6 +233,9 @@ def judge_draft(got, want) -> str | None:
     for key in ("tokens", "parents"):
         if got[key] != want[key]:
             return f"the {key} differ from the rule's"
+    if got.get("passes") != want["passes"]:
+        return (f"the draft model ran {got.get('passes')} passes, not {want['passes']}: one _read, then one "
+                "_feed per chain token but the last (the last token's row is never used)")
     if (got["probs"] is None) != (want["probs"] is None):
         return "probs must be None exactly when every node is deterministic (temperature 0)"
     for i, (a, b) in enumerate(zip(got["probs"] or [], want["probs"] or [])):
@@ -241,7 +247,8 @@ def judge_draft(got, want) -> str | None:
 def cases_model_drafter_returns_its_q():
     rule = ("card 2.2: the draft model drafts a chain of k - (branch - 1) tokens, each drawn by walk(q, u) with "
             "q = distribution(its row, params, [], []) and u from Pcg32(seed, 55) (the argmax at temperature 0, "
-            "probs None), and returns each q; branch - 1 runners-up of the first row join the root as leaves")
+            "probs None), and returns each q; branch - 1 runners-up of the first row join the root as leaves; "
+            "one _read, then one _feed per chain token but the last")
     ctx, pending = [1, 4, 1, 5, 9, 2, 6], 5
     cases = []
     for label, temperature, k, seed, branch in [("temperature 0.8", 0.8, 4, 5, 1), ("temperature 1.3", 1.3, 3, 9, 1),
