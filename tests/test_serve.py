@@ -14,9 +14,9 @@ import pytest
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams
-from tinyllm.serve import (BANK_LIMIT, BANK_RATE, EXPLORE, FADE, MAX_DRAFT, PRIOR, TRUST, Acceptance, Bank, CostTable,
-                           Lane, Policy, Request, Server, adaptive_ks, choose_ks, expected_tokens, faded, fed_positions,
-                           gemm_blocks, goodput, lookup_drafter, profile, trusted, widen)
+from tinyllm.serve import (BANK_LIMIT, BANK_RATE, EXPLORE, FADE, MAX_DRAFT, PRIOR, Acceptance, Bank, CostTable, Lane,
+                           Policy, Request, Server, adaptive_ks, choose_ks, expected_tokens, faded, fed_positions,
+                           gemm_blocks, goodput, lookup_drafter, profile, widen)
 from tinyllm.spec import Generated, SpecConfig, SpecError, SpecStats, generate
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "fixtures" / "model" / "tiny_llama.npz"
@@ -259,16 +259,8 @@ def test_a_quiet_low_estimate_fades_up_to_the_pool(tiny):
     server._admit()
     r = server.running[0]
     r.estimate.rates, r.quiet = [0.0] * MAX_DRAFT, 3
-    assert server._lanes()[0].rates == trusted([0.0] * MAX_DRAFT, server.pooled.rates, 3)
+    assert server._lanes()[0].rates == faded([0.0] * MAX_DRAFT, server.pooled.rates, 3)
     assert r.estimate.rates == [0.0] * MAX_DRAFT
-
-
-def test_the_policy_trusts_a_request_halfway_to_the_pool():
-    """trusted: the faded rates, then 1 - TRUST of the way to the pooled ones, high or low."""
-    assert trusted([0.1, 0.9], [0.5, 0.5], 0) == pytest.approx([0.5 - 0.4 * TRUST, 0.5 + 0.4 * TRUST])
-    low, high = trusted([0.1, 0.9], [0.5, 0.5], 2)
-    assert low == pytest.approx(0.5 - 0.4 * FADE ** 2 * TRUST) and high == pytest.approx(0.5 + 0.4 * TRUST)
-    assert trusted([0.3] * 3, [0.3] * 3, 5) == pytest.approx([0.3] * 3)
 
 
 def test_a_new_request_starts_from_the_pooled_estimate(tiny):

@@ -16,8 +16,8 @@ is the plain path: no drafter call, no extra row. Section numbers refer to ``cou
 """
 
 # BEGIN PROMPT
-# Given: MAX_DRAFT, PRIOR, WEIGHT, EXPLORE, FADE, TRUST, BANK_RATE, BANK_LIMIT, lookup_drafter, Acceptance, CostTable,
-# profile, Policy, Lane, fed_positions, slot_rows, faded, trusted, widen, Bank, Request, StepReport, and in Server: the constructor,
+# Given: MAX_DRAFT, PRIOR, WEIGHT, EXPLORE, FADE, BANK_RATE, BANK_LIMIT, lookup_drafter, Acceptance, CostTable, profile,
+# Policy, Lane, fed_positions, slot_rows, faded, widen, Bank, Request, StepReport, and in Server: the constructor,
 # submit, idle, run, _share_prefix, _lanes, _explore, _set_fills and _offer_prompt. Yours: the eleven functions
 # that raise NotImplementedError, starting with observe; write them in the order of the list at the top of the
 # card's section 2.
@@ -41,7 +41,6 @@ PRIOR = 0.85  # acceptance assumed at a position nothing has been drafted at yet
 WEIGHT = 0.3  # how far one observation moves the estimate (an exponential moving average)
 EXPLORE = 16  # rounds without a draft after which an adaptive request tries one token in a free row
 FADE = 0.7  # per round without a draft, how much of its own estimate's shortfall below the pool's is trusted
-TRUST = 0.5  # how much of a request's own (faded) estimate the adaptive policy trusts; the rest is the pool's
 BANK_RATE = 0.9  # the share of a saved gemm banked: plain decoding's gemms per token are estimated, not known
 BANK_LIMIT = 4  # the most gemms the bank holds: old savings do not fund a burst after the traffic changed
 
@@ -338,14 +337,6 @@ def faded(rates: Sequence[float], pooled: Sequence[float], quiet: int) -> list[f
     return [a + (p - a) * pull if a < p else a for a, p in zip(rates, pooled)]
 
 
-def trusted(rates: Sequence[float], pooled: Sequence[float], quiet: int) -> list[float]:
-    """What the adaptive policy reads of a request's estimate (section 2.3): its :func:`faded` rates
-    moved ``1 - TRUST`` of the way to the pooled ones. One request's few rounds swing its estimate
-    on every accept and reject; rows given to whichever request is high by chance are rows that
-    a uniform k would have spent better. The pooled estimate has every request's rounds."""
-    return [p + (a - p) * TRUST for a, p in zip(faded(rates, pooled, quiet), pooled)]
-
-
 def widen(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable, gemms: int, per_gemm: float) -> list[int]:
     """``ks`` grown into up to ``gemms`` gemms past those their pass runs, one at a time while a
     new gemm is expected to add at least ``per_gemm`` tokens and the wider pass has the higher
@@ -526,12 +517,12 @@ class Server:
     def _lanes(self) -> list[Lane]:
         """Under the adaptive policy a request drafts from its second round on: its first round
         feeds the prompt, the dearest step it has, and a lookup there has only the prompt
-        (a chat template) to match, and it sees each estimate as :func:`trusted` makes it.
+        (a chat template) to match, and it sees each estimate :func:`faded` by its quiet rounds.
         ``off`` and static ``k`` draft as L10.8's loop does."""
         adaptive = self.policy.kind == "adaptive"
         return [Lane(r.cached, len(r.pending),
                      min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1) if r.out.tokens or not adaptive else 0,
-                     trusted(r.estimate.rates, self.pooled.rates, r.quiet) if adaptive else r.estimate.rates)
+                     faded(r.estimate.rates, self.pooled.rates, r.quiet) if adaptive else r.estimate.rates)
                 for r in self.running]
 
     def _explore(self, ks: list[int]) -> list[int]:
