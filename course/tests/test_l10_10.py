@@ -360,9 +360,10 @@ def test_admission_in_arrival_order():
     check(cases_admission_in_arrival_order())
 
 
-def moved(a: float, seen: float) -> float:
-    """Card 2.1's moving average, one observed position: ``a + 0.3 * (seen - a)``."""
-    return a + 0.3 * (seen - a)
+def moved(a: float, seen: float, weight: float = 0.3) -> float:
+    """Card 2.1's moving average, one observed position: ``a + weight * (seen - a)``, with a
+    request's ``WEIGHT = 0.3`` or the pool's ``POOL_WEIGHT = 0.1`` (card 2.4)."""
+    return a + weight * (seen - a)
 
 
 def pooled_start(first: int) -> dict:
@@ -406,21 +407,23 @@ def first_estimate() -> list[float]:
 def cases_estimate_starts_from_the_pool():
     rule = ("card 2.4: _admit starts a request's estimate as a copy of self.pooled; _verify updates the request's "
             "estimate and self.pooled, each once a round (card 2.1: a round of 2 drafted, 1 kept moves position 1 "
-            "0.3 of the way to 1 and position 2 0.3 of the way to 0)")
+            "WEIGHT = 0.3 of the way to 1 and position 2 0.3 of the way to 0; the pool moves POOL_WEIGHT = 0.1 of the "
+            "way, its own weight)")
     one = [moved(0.85, 1.0), moved(0.85, 0.0), 0.85]
-    two = [moved(one[0], 1.0), moved(one[1], 0.0), 0.85]
+    pool_one = [moved(0.85, 1.0, 0.1), moved(0.85, 0.0, 0.1), 0.85]
+    pool_two = [moved(pool_one[0], 1.0, 0.1), moved(pool_one[1], 0.0, 0.1), 0.85]
     return [
         Case("a fresh server's first request starts at the prior",
              "first_estimate()   # first_estimate() in course/tests/test_l10_10.py", first_estimate,
              rounded([0.85] * MAX_DRAFT), rule),
         Case("one request's round, then a later request",
              "pooled_start(1)   # pooled_start() in course/tests/test_l10_10.py", lambda: pooled_start(1),
-             {"after the first step": {"estimates": [rounded(one)], "pooled": rounded(one)},
-              "the later request starts at": rounded(one)}, rule),
+             {"after the first step": {"estimates": [rounded(one)], "pooled": rounded(pool_one)},
+              "the later request starts at": rounded(pool_one)}, rule),
         Case("two requests' rounds in one pass, then a later request",
              "pooled_start(2)   # pooled_start() in course/tests/test_l10_10.py", lambda: pooled_start(2),
-             {"after the first step": {"estimates": [rounded(one), rounded(one)], "pooled": rounded(two)},
-              "the later request starts at": rounded(two)}, rule),
+             {"after the first step": {"estimates": [rounded(one), rounded(one)], "pooled": rounded(pool_two)},
+              "the later request starts at": rounded(pool_two)}, rule),
     ]
 
 

@@ -15,11 +15,11 @@ acceptance estimate, over a step time from a cost table profiled on the machine 
 is the plain path: no drafter call, no extra row. Section numbers refer to ``course/L10.10.md``.
 """
 
-# Given: MAX_DRAFT, PRIOR, WEIGHT, EXPLORE, FADE, BANK_RATE, BANK_LIMIT, lookup_drafter, Acceptance, CostTable, profile,
-# Policy, Lane, fed_positions, slot_rows, faded, widen, Bank, Request, StepReport, and in Server: the constructor,
-# submit, idle, run, _share_prefix, _lanes, _explore, _set_fills and _offer_prompt. Yours: the eleven functions
-# that raise NotImplementedError, starting with observe; write them in the order of the list at the top of the
-# card's section 2.
+# Given: MAX_DRAFT, PRIOR, WEIGHT, POOL_WEIGHT, EXPLORE, FADE, BANK_RATE, BANK_LIMIT, lookup_drafter, Acceptance,
+# CostTable, profile, Policy, Lane, fed_positions, slot_rows, faded, widen, Bank, Request, StepReport, and in Server:
+# the constructor, submit, idle, run, _share_prefix, _lanes, _explore, _set_fills and _offer_prompt. Yours: the eleven
+# functions that raise NotImplementedError, starting with observe; write them in the order of the list at the top of
+# the card's section 2.
 # ol tests L10.10 lists the tests, ol check L10.10 grades them.
 
 import time
@@ -37,6 +37,7 @@ from .spec import Generated, SpecError, SpecStats, blocks_for, prompt_lookup, ro
 MAX_DRAFT = GEMM_ROWS - 1  # a request's last token and its draft fit one gemm's 16 rows
 PRIOR = 0.85  # acceptance assumed at a position nothing has been drafted at yet (vLLM's adaptive k: 0.85)
 WEIGHT = 0.3  # how far one observation moves the estimate (an exponential moving average)
+POOL_WEIGHT = 0.1  # how far one round moves the pooled estimate: it remembers about ten rounds, not three
 EXPLORE = 16  # rounds without a draft after which an adaptive request tries one token in a free row
 FADE = 0.7  # per round without a draft, how much of its own estimate's shortfall below the pool's is trusted
 BANK_RATE = 0.9  # the share of a saved gemm banked: plain decoding's gemms per token are estimated, not known
@@ -385,7 +386,9 @@ class Server:
         self.queue: deque[Request] = deque()
         self.running: list[Request] = []
         self.results: dict[int, Generated] = {}
-        self.pooled = Acceptance()  # every request's rounds: where a new request's estimate starts
+        # every request's rounds, moved POOL_WEIGHT a round: where a new request's estimate starts, and what a
+        # quiet one fades to (faded); with a request's own WEIGHT, one request's bad run would be the prior
+        self.pooled = Acceptance(weight=POOL_WEIGHT)
         self.bank = Bank()
         self._reserved = 0
         self._next_id = 0
