@@ -5,6 +5,7 @@ token as each comes out alone; the pool must end empty; the policy must pick wha
 says, which the oracles below compute by brute force over every k.
 """
 
+import dataclasses
 import itertools
 import random
 from pathlib import Path
@@ -16,7 +17,7 @@ from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams
 from tinyllm.serve import (BANK_LIMIT, BANK_RATE, EXPLORE, FADE, MAX_DRAFT, PRIOR, Acceptance, Bank, CostTable, Lane,
                            Policy, Request, Server, adaptive_ks, choose_ks, expected_tokens, faded, fed_positions,
-                           gemm_blocks, goodput, lookup_drafter, profile, widen)
+                           gemm_blocks, goodput, lookup_drafter, profile, trim, widen)
 from tinyllm.spec import Generated, SpecConfig, SpecError, SpecStats, generate
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "fixtures" / "model" / "tiny_llama.npz"
@@ -227,6 +228,31 @@ def test_widen_opens_a_gemm_only_where_it_pays():
     assert widen(full, [0] * 16, COST, 1, 1.0) == [0] * 16
 
 
+def test_rows_fed_alone_count_a_gemm_per_16_rows():
+    """Where the model feeds its weights the pass's rows alone, a pass runs ceil(rows / 16) gemms
+    wherever its rows sit; where rows sit at their slots, the fullest slot's count."""
+    alone = dataclasses.replace(COST, rows_alone=True)
+    assert [alone.gemms(1, rows) for rows in (1, 16, 17, 32, 33)] == [1, 1, 2, 2, 3]
+    assert COST.gemms(1, 17) == 1 and COST.gemms(3, 17) == 3
+    assert alone.step_seconds(1, 17, 16) == pytest.approx(COST.step_seconds(2, 17, 16))
+
+
+def test_trim_takes_back_a_gemm_that_does_not_pay():
+    """Rows fed alone: sixteen requests fill the first gemm and one draft each opens a second. Kept
+    where the drafts are likely enough to pay for it, taken back (unlikeliest first, down to the
+    rows one gemm holds) where not; a table whose rows sit at their slots is left alone."""
+    alone = dataclasses.replace(COST, rows_alone=True)
+
+    def lanes(rate):
+        return [Lane(p, 1, 15, [rate] * MAX_DRAFT) for p in range(32, 48)]
+
+    assert trim(lanes(0.99), [1] * 16, alone) == [1] * 16
+    assert trim(lanes(0.3), [1] * 16, alone) == [0] * 16
+    assert trim(lanes(0.3), [1] * 16, COST) == [1] * 16
+    mixed = lanes(0.3)[:15] + [Lane(47, 1, 15, [0.99] * MAX_DRAFT)]
+    assert trim(mixed, [0] * 15 + [2], alone) == [0] * 16
+
+
 def test_the_bank_earns_plains_gemms_per_token_pays_what_was_fed_and_stops_at_its_limit():
     """Settling a pass: each token emitted since the last settle earns BANK_RATE x plain decoding's
     gemms per token (rate) and the gemms fed are paid; a request that ended in the pass is counted
@@ -421,7 +447,7 @@ def _clocked_forward(monkeypatch, model, seconds):
     real = model.forward
 
     def forward(pool, tables, positions, ids, write=None):
-        gemms = int(np.bincount(np.asarray(positions) % 16).max())
+        gemms = -(-len(ids) // 16) if model.rows_alone else int(np.bincount(np.asarray(positions) % 16).max())
         clock[0] += seconds(gemms, len(ids), len({id(t) for t in tables}))
         return real(pool, tables, positions, ids, write)
 
@@ -429,11 +455,15 @@ def _clocked_forward(monkeypatch, model, seconds):
     monkeypatch.setattr(serve.time, "process_time", lambda: clock[0])
 
 
-def test_profile_fits_a_linear_cost_exactly(small, monkeypatch):
+@pytest.mark.parametrize("rows_alone", [False, True])
+def test_profile_fits_a_linear_cost_exactly(small, monkeypatch, rows_alone):
     """A forward costing 5 ms + 2 ms a further gemm + 0.3 ms a row + 0.7 ms a request: the fit
-    over the profiled passes gives back those terms, with nothing left over."""
+    over the profiled passes gives back those terms, with nothing left over, whether the model
+    counts its gemms by the fullest slot or by 16 rows fed alone (and the table says which)."""
+    monkeypatch.setattr(TinyLlama, "rows_alone", property(lambda self: rows_alone))
     _clocked_forward(monkeypatch, small, lambda g, rows, reqs: 5e-3 + 2e-3 * (g - 1) + 3e-4 * rows + 7e-4 * reqs)
     cost = profile(small, max_blocks=4, repeats=2)
+    assert cost.rows_alone == rows_alone
     assert cost.block_seconds == pytest.approx((5e-3, 7e-3, 9e-3, 11e-3), rel=1e-6)
     assert (cost.row_seconds, cost.request_seconds) == pytest.approx((3e-4, 7e-4), rel=1e-6)
     assert cost.fit_error < 1e-6

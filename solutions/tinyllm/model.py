@@ -306,6 +306,14 @@ class TinyLlama:
         self._cos = np.zeros((0, half), dtype=np.float32)
         self._sin = np.zeros((0, half), dtype=np.float32)
 
+    @property
+    def rows_alone(self) -> bool:
+        """Whether every weight matmul runs over the pass's own rows (:attr:`Weight.free_rows`): a pass
+        of ``n`` rows then runs ``ceil(n / 16)`` gemms wherever its rows sit, where otherwise it runs
+        as many as its fullest slot ``p % 16`` holds rows."""
+        weights = [w for layer in self._layers for w in layer.values() if isinstance(w, Weight)] + [self._head]
+        return self.batch_invariant and all(w.free_rows for w in weights)
+
     @staticmethod
     def random(config: LlamaConfig, seed: int) -> "TinyLlama":
         """Seeded weights: normal with std ``1/sqrt(fan_in)``, norms 1, embeddings std 1."""

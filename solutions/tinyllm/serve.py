@@ -17,10 +17,10 @@ is the plain path: no drafter call, no extra row. Section numbers refer to ``cou
 
 # BEGIN PROMPT
 # Given: MAX_DRAFT, PRIOR, WEIGHT, POOL_WEIGHT, EXPLORE, FADE, BANK_RATE, BANK_LIMIT, lookup_drafter, Acceptance,
-# CostTable, profile, Policy, Lane, fed_positions, slot_rows, faded, widen, Bank, Request, StepReport, and in Server:
-# the constructor, submit, idle, run, _share_prefix, _lanes, _explore, _set_fills and _offer_prompt. Yours: the eleven
-# functions that raise NotImplementedError, starting with observe; write them in the order of the list at the top of
-# the card's section 2.
+# CostTable, profile, Policy, Lane, fed_positions, slot_rows, faded, widen, trim, Bank, Request, StepReport, and in
+# Server: the constructor, submit, idle, run, _share_prefix, _lanes, _explore, _set_fills and _offer_prompt. Yours:
+# the eleven functions that raise NotImplementedError, starting with observe; write them in the order of the list at
+# the top of the card's section 2.
 # ol tests L10.10 lists the tests, ol check L10.10 grades them.
 # END PROMPT
 
@@ -131,13 +131,22 @@ class CostTable:
     ``block_seconds[g - 1]`` for a pass of ``g`` gemms, plus ``row_seconds`` per row fed (its share
     of the forward and its verification), ``request_seconds`` per request in the pass and
     ``draft_seconds`` per drafter call. ``fit_error``: how far the fitted forward strayed from the
-    passes it was fitted to (the largest relative error; 0 for a table written by hand)."""
+    passes it was fitted to (the largest relative error; 0 for a table written by hand).
+    ``rows_alone``: the model runs its weight matmuls over the pass's own rows
+    (:attr:`TinyLlama.rows_alone`), so a pass of ``n`` rows runs ``ceil(n / 16)`` gemms wherever they
+    sit, and the 17th row of a pass opens a gemm (:meth:`gemms`)."""
 
     block_seconds: tuple[float, ...]
     row_seconds: float = 0.0
     request_seconds: float = 0.0
     draft_seconds: float = 0.0
     fit_error: float = 0.0
+    rows_alone: bool = False
+
+    def gemms(self, blocks: int, rows: int) -> int:
+        """The gemms a pass runs: ``blocks`` (:func:`gemm_blocks`, its fullest slot) where every row
+        sits at its slot of padded gemms, ``ceil(rows / 16)`` where the rows are fed alone."""
+        return int(-(-rows // GEMM_ROWS)) if self.rows_alone else blocks  # rows may be an average, as a bench's
 
     def blocks(self, g: int) -> float:
         """The pass of ``g`` gemms; past the table, the last step's slope carries on."""
@@ -148,15 +157,16 @@ class CostTable:
         return table[-1] + (g - len(table)) * slope
 
     def step_seconds(self, blocks: int, rows: int, requests: int, drafts: int = 0) -> float:
-        return (self.blocks(blocks) + rows * self.row_seconds + requests * self.request_seconds
+        return (self.blocks(self.gemms(blocks, rows)) + rows * self.row_seconds + requests * self.request_seconds
                 + drafts * self.draft_seconds)
 
 
 def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Drafter = lookup_drafter,
             context: int = 96) -> CostTable:
-    """Time the model's forward on a scratch pool over passes of 1, 4, 16 and 64 rows shared by
-    1, 4 or 16 requests (at slots spread over the gemm, as a server's requests sit),
-    plus ``g = 2..max_blocks`` requests of one row each at one slot (``g`` gemms for ``g`` rows),
+    """Time the model's forward on a scratch pool over passes of 1, 4, 16, 17, 33 and 64 rows shared
+    by 1, 4 or 16 requests (at slots spread over the gemm, as a server's requests sit),
+    plus ``g = 2..max_blocks`` requests of one row each at one slot (``g`` gemms for ``g`` rows
+    where rows sit at their slots; one where the model feeds rows alone, :meth:`CostTable.gemms`),
     and fit ``first + (g - 1) * gemm + rows * row + requests * request`` to them by least squares
     on relative errors, every term >= 0; a pass's cost is not linear in its rows, and a fit over
     the passes a server feeds prices all of them at once, where a difference of two passes prices
@@ -168,7 +178,7 @@ def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Dr
     from scipy.optimize import nnls  # here, not at the top: it takes 0.4 s to import, and only profile needs it
 
     bt = 16
-    sizes, shares = (1, 4, 16, 64), (1, 4, 16)  # rows up to 16 requests drafting 3 each; requests
+    sizes, shares = (1, 4, 16, 17, 33, 64), (1, 4, 16)  # rows up to 16 requests drafting 3 each; requests
     top = max(sizes)
     per = blocks_for(context + bt + top, bt)
     pool = model.new_pool(max(shares) * per, bt)
@@ -202,9 +212,13 @@ def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Dr
             verify_draft(rows, draft, None, SamplingParams(), ids[:8], [], stream(0))
             verified[key].append(time.process_time() - began)
     seconds = np.array([min(spent) for spent in passed])
-    # one row per pass: 1, its gemms past the first (the fullest slot, as gemm_blocks counts), rows, requests
-    design = np.array([[1.0, max(np.bincount(np.asarray(pos) % bt)) - 1, len(tok), len({id(x) for x in tb})]
-                       for tb, pos, tok in passes])
+    rows_alone = model.rows_alone
+
+    def gemms(pos: list[int]) -> int:  # as CostTable.gemms counts them: rows alone, or the fullest slot
+        return -(-len(pos) // bt) if rows_alone else int(max(np.bincount(np.asarray(pos) % bt)))
+
+    # one row per pass: 1, its gemms past the first, rows, requests
+    design = np.array([[1.0, gemms(pos) - 1, len(tok), len({id(x) for x in tb})] for tb, pos, tok in passes])
     (first, gemm, row, request), _ = nnls(design / seconds[:, None], np.ones(len(passes)))
     first = max(first, seconds[0] / 4)  # a pass always costs something, even where the fit says not
     fit_error = float(np.max(np.abs(design @ [first, gemm, row, request] / seconds - 1)))
@@ -214,7 +228,7 @@ def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Dr
     for _ in range(10):
         drafter(ctx, MAX_DRAFT)
     return CostTable(tuple(float(first + g * gemm) for g in range(max_blocks)), float(row) + verify_row,
-                     float(request) + min(verified[0]), (time.process_time() - began) / 10, fit_error)
+                     float(request) + min(verified[0]), (time.process_time() - began) / 10, fit_error, rows_alone)
 
 
 # --- 2.3 Policies ----------------------------------------------------------------------------
@@ -368,6 +382,28 @@ def widen(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable, gemms: int,
             break
         out, used, best = trial, room, wider
     return out
+
+
+def trim(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable) -> list[int]:
+    """``ks`` with the draft rows that open the pass's last gemm taken back, unlikeliest first, while
+    the pass without them has the higher goodput (section 2.3). Only where the model feeds rows
+    alone (``cost.rows_alone``): there the 17th row of a pass opens a gemm wherever it sits, which
+    the slot rule of :func:`adaptive_ks` prices as one row."""
+    out = list(ks)
+    if not cost.rows_alone:
+        return out
+    fixed = sum(lane.fixed for lane in lanes)
+    best, trial = goodput(lanes, out, cost), list(out)
+    while True:
+        fewer = (-(-(fixed + sum(trial)) // GEMM_ROWS) - 1) * GEMM_ROWS  # the rows one gemm fewer holds
+        if fewer < fixed or not any(trial):
+            return out
+        while fixed + sum(trial) > fewer:
+            i = min((i for i, k in enumerate(trial) if k), key=lambda i: (survival(lanes[i].rates, trial[i])[-1], -i))
+            trial[i] -= 1
+        value = goodput(lanes, trial, cost)
+        if value > best:
+            out, best = list(trial), value
 
 
 @dataclass
@@ -529,31 +565,37 @@ class Server:
                 for r in self.running]
 
     def _explore(self, ks: list[int]) -> list[int]:
-        """The adaptive policy's two moves past :func:`adaptive_ks` (section 2.3); other policies'
+        """The adaptive policy's moves past :func:`adaptive_ks` (section 2.3); other policies'
         ``ks`` pass unchanged.
 
         Exploration: a request that has not drafted for ``EXPLORE`` rounds drafts one token if
-        that row's slot is free in the gemms the pass runs anyway. Its estimate learns only from
-        what it drafts; the cost is at most one row in ``EXPLORE`` rounds, never a gemm.
+        that row's slot is free in the gemms the pass runs anyway (and, where rows are fed alone,
+        those gemms have a row to spare). Its estimate learns only from what it drafts; the cost is
+        at most one row in ``EXPLORE`` rounds, never a gemm.
 
         The bank: ``adaptive_ks`` never adds a gemm, so its drafts save gemms against plain
         decoding. Those savings (:class:`Bank`) pay for whole gemms more, :func:`widen`, while a
-        wider pass has the higher goodput."""
+        wider pass has the higher goodput. Last, :func:`trim` takes back rows that open a gemm
+        without paying for it, where rows are fed alone."""
         if self.policy.kind != "adaptive":
             return ks
         lanes = self._lanes()
         used = slot_rows(fed_positions(lanes, ks))
         paid = max(used)
+        # rows fed alone: a row is free only while the paid gemms have room (the 17th opens one)
+        spare = GEMM_ROWS * self.cost.gemms(paid, sum(used)) - sum(used) if self.cost.rows_alone else len(lanes)
         out = list(ks)
         for i, (r, lane) in enumerate(zip(self.running, lanes)):
             r.quiet = 0 if out[i] else r.quiet + 1
             slot = (lane.start + lane.fixed) % GEMM_ROWS
-            if r.quiet >= EXPLORE and lane.cap > 0 and used[slot] < paid:
+            if r.quiet >= EXPLORE and lane.cap > 0 and used[slot] < paid and spare > 0:
                 used[slot] += 1
+                spare -= 1
                 out[i], r.quiet = 1, 0
         self.bank.settle(self.running)
         self.bank.rate = gemm_blocks(fed_positions(lanes, [0] * len(lanes))) / len(lanes)
         out = widen(lanes, out, self.cost, max(0, int(self.bank.balance)), 1 / (BANK_RATE * self.bank.rate))
+        out = trim(lanes, out, self.cost)
         for r, k in zip(self.running, out):
             r.quiet = 0 if k else r.quiet
         self.bank.fed = gemm_blocks(fed_positions(lanes, out))
