@@ -7,7 +7,10 @@ Workloads: code-edit (continue or edit a given function: prompt lookup is accept
 half the output budget); ``--quick`` runs code-edit and the shift (whose second half is prose).
 A cell runs until each policy has emitted the tokens of ``waves`` x B requests (at least four),
 with a queue long enough that B requests run all that time; the requests still running are then
-cancelled (a drain is not concurrency B). Output budgets vary from half to one and a half times
+cancelled (a drain is not concurrency B). Nor is a cold start: in the code-edit and prose cells
+B / 4 requests (at least one) run first and are not counted, so each server's pooled acceptance
+estimate has seen the traffic, as a running server's has (the shift starts cold on code-edit: its
+measure is the turn to prose). Output budgets vary from half to one and a half times
 ``max_new`` (real answers vary; equal budgets would keep plain decoding's requests in lockstep).
 Policies: plain batched decoding (``off``), static k in 2, 4, 8, 15, and ``adaptive`` (the goodput
 rule on a cost table profiled at start at the cells' context, ``tinyllm.serve.profile``). Every
@@ -179,11 +182,14 @@ def warm_pool(model, work: Workloads, batch: int):
 
 
 class Run:
-    """One policy's server in a cell, with its own clock: CPU seconds of its own steps only."""
+    """One policy's server in a cell, with its own clock: CPU seconds of its own steps only. The
+    first ``warm`` requests warm the server up: nothing is counted until every one of them has
+    ended (its pooled estimate has then seen the traffic, as a running server's has)."""
 
     def __init__(self, model, pool, cost: CostTable, policy: Policy, prompts: list[list[int]], batch: int,
-                 max_new: int, eos: list[int]) -> None:
-        self.policy, self.batch = policy, batch
+                 max_new: int, eos: list[int], warm: int = 0) -> None:
+        self.policy, self.batch, self.warm = policy, batch, warm
+        self.counting = warm == 0
         self.server = Server(model, pool, policy, max_batch=batch, cost=cost, prefix_cache=True)
         self.clock = self.began = 0.0
         self.stamps: dict[int, list[float]] = {}
@@ -202,6 +208,9 @@ class Run:
         report = self.server.step()
         spent = time.process_time() - self.began
         self.clock += spent
+        if not self.counting:
+            self.counting = all(i in self.server.results for i in range(self.warm))
+            return
         self.seconds += spent
         self.wall += time.perf_counter() - wall
         self.blocks += report.blocks
@@ -211,16 +220,18 @@ class Run:
                                             sum(k > 0 for k in report.ks.values()))
 
     def cell(self, prompts: list[list[int]]) -> Cell:
-        results = self.server.results
-        latency = statistics.median((s[-1] - s[0]) / (len(s) - 1) for s in self.stamps.values() if len(s) > 1)
-        return Cell({tuple(prompts[i]): results[i].tokens for i in results}, self.seconds, self.wall, self.emitted,
+        every = self.server.results
+        results = {i: out for i, out in every.items() if i >= self.warm}
+        latency = statistics.median((s[-1] - s[0]) / (len(s) - 1) for i, s in self.stamps.items()
+                                    if len(s) > 1 and i >= self.warm)
+        return Cell({tuple(prompts[i]): every[i].tokens for i in every}, self.seconds, self.wall, self.emitted,
                     self.blocks, self.steps, self.predicted, sum(len(r.tokens) for r in results.values()),
                     sum(r.stats.drafted for r in results.values()), sum(r.stats.accepted for r in results.values()),
                     sum(r.stats.target_calls for r in results.values()), latency)
 
 
 def run_cells(model, pool, cost: CostTable, policies: list[Policy], prompts: list[list[int]], batch: int,
-              max_new: int, eos: list[int], target: int) -> dict[str, Cell]:
+              max_new: int, eos: list[int], target: int, warm: int = 0) -> dict[str, Cell]:
     """Serve the queue ``prompts`` at concurrency ``batch`` under every policy, one server per
     policy, their steps taken in turn (a busy spell of the machine slows every policy alike),
     each until it has emitted ``target`` tokens: the queue is long enough that B requests run
@@ -228,7 +239,7 @@ def run_cells(model, pool, cost: CostTable, policies: list[Policy], prompts: lis
     cancelled (their blocks given back; their output so far is checked like the rest): a drain,
     fewer than B requests left, is no longer concurrency B."""
     free = pool.num_free()
-    runs = [Run(model, pool, cost, policy, prompts, batch, max_new, eos) for policy in policies]
+    runs = [Run(model, pool, cost, policy, prompts, batch, max_new, eos, warm) for policy in policies]
     while any(run.emitted < target for run in runs):
         for run in runs:
             if run.emitted < target:
@@ -250,8 +261,15 @@ def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloa
     """Every (workload, B, policy) cell, ``repeats`` times, the policies' steps interleaved (their
     order turns by one each repeat so none always steps first). A cell counts the time of the
     tokens ``waves`` x B requests (at least four) emit; the shift serves B code-edit requests
-    then prose requests, each with half the output budget, for as many tokens."""
+    then prose requests, each with half the output budget, for as many tokens. Before a code-edit
+    or prose cell counts, B / 4 requests (at least one) of its traffic warm each server up, so that
+    the cell measures a server that has been serving that traffic, not one whose pooled estimate
+    still stands at the prior. The shift is not warmed: its measure is the turn from code-edit, which
+    a warm-up would run before the count began; its code-edit start is where the prior is close."""
     code, prose = work.prompts["code-edit"], work.prompts["prose"]
+
+    def warm(b: int) -> int:
+        return max(1, b // 4)
 
     def count(b: int) -> int:  # at least four requests a cell: the pooled estimate has some to learn from
         return max(b * waves, MIN_REQUESTS)
@@ -262,8 +280,10 @@ def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloa
     def queue(prompts: list[list[int]], n: int) -> list[list[int]]:  # enough that B stay busy
         return [prompts[i % len(prompts)] for i in range(n)]
 
-    loads = {"code-edit": (lambda b: queue(code, 3 * count(b) + b), work.max_new, lambda b: count(b) * work.max_new),
-             "prose": (lambda b: queue(prose, 3 * count(b) + b), work.max_new, lambda b: count(b) * work.max_new),
+    loads = {"code-edit": (lambda b: queue(code, warm(b) + 3 * count(b) + b), work.max_new,
+                           lambda b: count(b) * work.max_new),
+             "prose": (lambda b: queue(prose, warm(b) + 3 * count(b) + b), work.max_new,
+                       lambda b: count(b) * work.max_new),
              "shift": (lambda b: code[:shifted(b)] + queue(prose[shifted(b):] + prose[:shifted(b)], 4 * shifted(b) + b),
                        work.max_new // 2, lambda b: shifted(b) * work.max_new)}
     pool = warm_pool(model, work, max(batches))
@@ -273,7 +293,8 @@ def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloa
             for name in workloads:
                 requests, max_new, target = loads[name]
                 order = POLICIES[rep % len(POLICIES):] + POLICIES[:rep % len(POLICIES)]
-                ran = run_cells(model, pool, cost, order, requests(b), b, max_new, work.eos, target(b))
+                ran = run_cells(model, pool, cost, order, requests(b), b, max_new, work.eos, target(b),
+                                0 if name == "shift" else warm(b))
                 for policy in POLICIES:
                     cells.setdefault((name, b, str(policy)), []).append(ran[str(policy)])
     return cells
