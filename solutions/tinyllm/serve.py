@@ -146,7 +146,7 @@ class CostTable:
     def gemms(self, blocks: int, rows: int) -> int:
         """The gemms a pass runs: ``blocks`` (:func:`gemm_blocks`, its fullest slot) where every row
         sits at its slot of padded gemms, ``ceil(rows / 16)`` where the rows are fed alone."""
-        return int(-(-rows // GEMM_ROWS)) if self.rows_alone else blocks  # rows may be an average, as a bench's
+        return int(-(-rows // GEMM_ROWS)) if self.rows_alone else blocks  # int(): a bench prices mean rows
 
     def blocks(self, g: int) -> float:
         """The pass of ``g`` gemms; past the table, the last step's slope carries on."""
@@ -385,10 +385,11 @@ def widen(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable, gemms: int,
 
 
 def trim(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable) -> list[int]:
-    """``ks`` with the draft rows that open the pass's last gemm taken back, unlikeliest first, while
-    the pass without them has the higher goodput (section 2.3). Only where the model feeds rows
-    alone (``cost.rows_alone``): there the 17th row of a pass opens a gemm wherever it sits, which
-    the slot rule of :func:`adaptive_ks` prices as one row."""
+    """``ks`` or fewer draft rows, whichever pass has the highest goodput (section 2.3): one gemm
+    fewer at a time, down to the gemms the fixed rows need, each by taking back draft rows, the
+    unlikeliest first (the lowest survival of a request's last draft token). Only where the model
+    feeds rows alone (``cost.rows_alone``): there the 17th row of a pass opens a gemm wherever it
+    sits, which the slot rule of :func:`adaptive_ks` prices as one row."""
     out = list(ks)
     if not cost.rows_alone:
         return out
