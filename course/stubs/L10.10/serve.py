@@ -188,12 +188,10 @@ def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Dr
             verified[key].append(time.process_time() - began)
     seconds = np.array([min(spent) for spent in passed])
     rows_alone = model.rows_alone
-
-    def gemms(pos: list[int]) -> int:  # as CostTable.gemms counts them: rows alone, or the fullest slot
-        return -(-len(pos) // bt) if rows_alone else int(max(np.bincount(np.asarray(pos) % bt)))
-
-    # one row per pass: 1, its gemms past the first, rows, requests
-    design = np.array([[1.0, gemms(pos) - 1, len(tok), len({id(x) for x in tb})] for tb, pos, tok in passes])
+    counts = CostTable((0.0,), rows_alone=rows_alone)  # counts a pass's gemms as the fitted table will
+    # one row per pass: 1, its gemms past the first (from its fullest slot), rows, requests
+    design = np.array([[1.0, counts.gemms(int(max(np.bincount(np.asarray(pos) % bt))), len(tok)) - 1, len(tok),
+                        len({id(x) for x in tb})] for tb, pos, tok in passes])
     (first, gemm, row, request), _ = nnls(design / seconds[:, None], np.ones(len(passes)))
     first = max(first, seconds[0] / 4)  # a pass always costs something, even where the fit says not
     fit_error = float(np.max(np.abs(design @ [first, gemm, row, request] / seconds - 1)))
