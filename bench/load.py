@@ -470,11 +470,10 @@ def main() -> int:
     line, facts = summary(rows, batches)
     within = facts["adaptive_vs_best_static_within_plain_gemms"]
     held = [r for r in within.values() if r is not None]
+    none = [cell for cell, r in within.items() if r is None]
     print("adaptive vs the best static k that feeds no more gemms per token than plain: "
           + (f"min {min(held):.2f}x over {len(held)} cells; " if held else "")
-          + f"no static k does in {sum(r is None for r in within.values())} of {len(within)} cells"
-          + "".join(f"{' (' if i == 0 else ', '}{cell}" for i, cell in enumerate(c for c, r in within.items() if r is None))
-          + (")" if None in within.values() else ""))
+          + f"no static k does in {len(none)} of {len(within)} cells" + (f" ({', '.join(none)})" if none else ""))
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "load" if args.model == "tiny" else "load_smollm2"
     report = {"model": args.model, "quick": args.quick, "batches": batches, "workloads": workloads,
