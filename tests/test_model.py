@@ -80,6 +80,29 @@ def test_uneven_chunks_and_mixed_sequences_equal_one_at_a_time(model):
     assert np.array_equal(np.concatenate(rows_b), alone_b[:p])
 
 
+@pytest.mark.parametrize("packed", [True, False], ids=["attention rows packed as probed", "16-row slots"])
+def test_stacked_attention_groups_equal_one_at_a_time(model, monkeypatch, packed):
+    # Three sequences in one pass: two at one block count feeding 1 and 6 rows (one stack of groups
+    # of two heights), the third a block further on (a stack of its own).
+    if not packed:
+        monkeypatch.setattr("tinyllm.model.attention_rows_free", lambda *shape: False)
+    seqs = [IDS, IDS[::-1], IDS[5:] + IDS[:5]]
+    alone = [one_at_a_time(model, s) for s in seqs]
+    pool = model.new_pool(48, 8)
+    tables = [list(range(16 * i, 16 * i + 16)) for i in range(3)]
+    starts, counts = (20, 18, 29), (1, 6, 3)
+    for s, table, start in zip(seqs, tables, starts):
+        model.forward(pool, [table] * start, list(range(start)), s[:start])
+    fed_tables, positions, ids = [], [], []
+    for s, table, start, n in zip(seqs, tables, starts, counts):
+        fed_tables += [table] * n
+        positions += range(start, start + n)
+        ids += s[start:start + n]
+    out = model.forward(pool, fed_tables, positions, ids)
+    expected = np.concatenate([a[start:start + n] for a, start, n in zip(alone, starts, counts)])
+    assert np.array_equal(out, expected)
+
+
 def test_grouped_heads_and_head_per_kv_both_work():
     config = LlamaConfig(n_heads=4, n_kv_heads=4, n_layers=1)
     model = TinyLlama.random(config, seed=2)

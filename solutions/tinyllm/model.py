@@ -23,7 +23,10 @@ batch. Three choices make it so:
 - attention is computed per group of rows sharing a block table and a block count, over all the
   slots of those blocks with later positions masked out: a row's reductions run over the same
   slots whoever shares its group; in its score and mix gemms the ``h``-th of the ``group`` query
-  heads reading one K/V head sits at row ``(p * group + h) % 16``;
+  heads reading one K/V head sits at row ``(p * group + h) % 16``. Where the BLAS is seen to
+  compute those rows alike whatever their number and place (:func:`attention_rows_free`), a
+  group's rows run packed instead, so a request feeding one token pays for its query heads' rows,
+  not for 16. Groups of one block count run as one stack, each gemm a batch entry of its own;
 - rotary angles come from a table built in fixed chunks of positions, never from the batch.
 
 :meth:`TinyLlama.forward_tree` (L10.9) keeps the claim for a token tree: node ``j`` at depth ``d``
@@ -508,7 +511,7 @@ class TinyLlama:
         cos, sin = cos[pos][:, None, :], sin[pos][:, None, :]
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
         at = gemm_rows((pos % GEMM_ROWS).tolist())
-        groups = [self._attention_group(pool, pos[entry[0]], *entry) for entry in plan]
+        stacks = self._attention_stacks(pool, pos, plan)
         x = self.weights["tok_emb"][ids]
         for layer, w in enumerate(self._layers):
             qkv = self._matmul(rmsnorm(x, w["attn_norm"], c.norm_eps), w["wqkv"], at)
@@ -519,8 +522,8 @@ class TinyLlama:
             pool.v[layer, blocks, slots] = v[keep]
             q = q * np.float32(hd ** -0.5)
             att = np.empty((n, nh * hd), dtype=np.float32)
-            for group in groups:
-                att[group.rows] = self._attend(pool, layer, q[group.rows], group)
+            for stack in stacks:
+                att[stack.rows] = self._attend(pool, layer, q[stack.rows], stack)
             x = x + self._matmul(att, w["wo"], at)
             gate_up = self._matmul(rmsnorm(x, w["mlp_norm"], c.norm_eps), w["w_gate_up"], at)
             x = x + self._matmul(silu(gate_up[:, :c.hidden]) * gate_up[:, c.hidden:], w["w_down"], at)
@@ -535,72 +538,99 @@ class TinyLlama:
             return b.blocks_matmul(a, rows, self.threads, self._workers[1])
         return matmul(a, b, rows) if self.batch_invariant else a @ b
 
-    def _attention_group(self, pool: KvPool, pos: np.ndarray, rows: np.ndarray, table: list[int],
-                         moved_to: np.ndarray, from_blocks: np.ndarray, from_slots: np.ndarray,
-                         at: np.ndarray) -> "_Group":
-        """The gemm layout and the buffers of one attention group, made once a pass: every layer
-        refills them (fresh buffers of this size each layer cost the kernel page faults)."""
+    def _attention_stacks(self, pool: KvPool, pos: np.ndarray, plan: list) -> list["_Stack"]:
+        """The pass's attention groups, those of one span stacked to run as one (tree groups,
+        which move K/V, alone), each with its gemm layout and buffers, made once a pass: every
+        layer refills them (fresh buffers of this size each layer cost the kernel page faults).
+
+        A stacked group's gemms are batch entries of their own, of one shape: where the rows are
+        not free, every group keeps its slots and the stack has the most gemms any group needs;
+        where they are, a group's rows run packed in the stack's gemms, whose height is the
+        largest any group needs (:func:`attention_rows_free`: the height does not matter)."""
         c = self.config
         nkv, hd, group = c.n_kv_heads, c.head_dim, c.n_heads // c.n_kv_heads
         bt = pool.block_tokens
-        span = len(table) * bt
-        if self.batch_invariant:
-            gemms, size = int(at.max()) // GEMM_ROWS + 1, GEMM_ROWS
-        else:
-            gemms, size, at = 1, len(rows) * group, np.arange(len(rows) * group)
-        # The slots past each (row, query head)'s position, at its gemm row; free rows see every
-        # slot (their scores are zeros: no -inf row, no NaN).
-        future = np.zeros((gemms * size, span), dtype=bool)
-        future[at] = np.repeat(np.arange(span)[None, :] > pos[:, None], group, axis=0)
-        return _Group(rows, np.array(table, dtype=np.int64), (moved_to, from_blocks, from_slots), at,
-                      future.reshape(gemms, size, span),
-                      _aligned_zeros((nkv, gemms, size, hd)),
-                      _aligned_zeros((len(table), bt, nkv, hd)), _aligned_zeros((len(table), bt, nkv, hd)),
-                      _aligned_zeros((nkv, 1, hd, span)), _aligned_zeros((nkv, 1, span, hd)),
-                      _aligned_zeros((nkv, gemms, size, span)), _aligned_zeros((nkv, gemms, size, hd)))
+        by_span: dict[int, list] = {}
+        stacks = []
+        for entry in plan:
+            if entry[2].size:
+                stacks.append([entry])
+            else:
+                by_span.setdefault(len(entry[1]), []).append(entry)
+        stacks += list(by_span.values())
+        out = []
+        for members in stacks:
+            span = len(members[0][1]) * bt
+            counts = [len(rows) * group for rows, *_ in members]
+            if not self.batch_invariant:
+                gemms, size = 1, max(counts)
+                places = [np.arange(n) for n in counts]
+            elif attention_rows_free(nkv, hd, span):
+                gemms = -(-max(counts) // GEMM_ROWS)
+                size = max(max(2, -(-n // -(-n // GEMM_ROWS))) for n in counts)
+                places = [np.arange(n) for n in counts]
+            else:
+                gemms, size = max(int(at.max()) // GEMM_ROWS + 1 for *_, at in members), GEMM_ROWS
+                places = [at for *_, at in members]
+            per = gemms * size
+            # The slots past each (row, query head)'s position, at its gemm row; free rows see every
+            # slot (their scores are zeros: no -inf row, no NaN).
+            future = np.zeros((len(members), per, span), dtype=bool)
+            for i, ((rows, *_), place) in enumerate(zip(members, places)):
+                future[i, place] = np.repeat(np.arange(span)[None, :] > pos[rows][:, None], group, axis=0)
+            g = len(members)
+            rows, table, moved_to, from_blocks, from_slots, _ = members[0]
+            out.append(_Stack(np.concatenate([m[0] for m in members]),
+                              np.array([m[1] for m in members], dtype=np.int64).ravel(),
+                              (moved_to, from_blocks, from_slots),
+                              np.concatenate([i * per + place for i, place in enumerate(places)]),
+                              future.reshape(g, gemms, size, span),
+                              _aligned_zeros((nkv, g, gemms, size, hd)),
+                              _aligned_zeros((g * len(table), bt, nkv, hd)),
+                              _aligned_zeros((g * len(table), bt, nkv, hd)),
+                              _aligned_zeros((nkv, g, 1, hd, span)), _aligned_zeros((nkv, g, 1, span, hd)),
+                              _aligned_zeros((nkv, g, gemms, size, span)), _aligned_zeros((nkv, g, gemms, size, hd))))
+        return out
 
-    def _attend(self, pool: KvPool, layer: int, q: np.ndarray, grp: "_Group") -> np.ndarray:
-        """Causal attention of ``g`` rows of one table over every slot of its blocks.
+    def _attend(self, pool: KvPool, layer: int, q: np.ndarray, st: "_Stack") -> np.ndarray:
+        """Causal attention of the ``n`` rows of a stack of groups, each group over every slot of
+        its table's blocks.
 
-        ``grp.moves = (to, blocks, slots)``: the K/V stored at ``(blocks[i], slots[i])`` is read as
-        if it sat at position ``to[i]`` (a tree path's nodes at their positions). Each (row, query
-        head in group) sits at gemm row ``grp.at`` (:func:`gemm_rows`) of the score and mix gemms,
-        whose other operand is one K/V head, contiguous: ``keys`` (hd, span), ``values`` (span, hd).
+        ``st.moves = (to, blocks, slots)`` (a stack of one group): the K/V stored at
+        ``(blocks[i], slots[i])`` is read as if it sat at position ``to[i]`` (a tree path's nodes
+        at their positions). Each (row, query head in group) sits at gemm row ``st.at`` of the
+        stack's score and mix gemms, whose other operand is one K/V head of its group,
+        contiguous: ``keys`` (hd, span), ``values`` (span, hd).
         """
         c = self.config
-        g, nkv, hd = q.shape[0], c.n_kv_heads, c.head_dim
+        n, nkv, hd = q.shape[0], c.n_kv_heads, c.head_dim
         group = c.n_heads // nkv
         bt = pool.block_tokens
-        k, v = grp.k, grp.v
-        # the table's ids were checked when the pass was planned: clip never clips
-        pool.k[layer].take(grp.table, axis=0, out=k, mode="clip")
-        pool.v[layer].take(grp.table, axis=0, out=v, mode="clip")
-        to, blocks, slots = grp.moves
+        k, v = st.k, st.v
+        # the tables' ids were checked when the pass was planned: clip never clips
+        pool.k[layer].take(st.tables, axis=0, out=k, mode="clip")
+        pool.v[layer].take(st.tables, axis=0, out=v, mode="clip")
+        to, blocks, slots = st.moves
         if to.size:
             k[to // bt, to % bt] = pool.k[layer, blocks, slots]
             v[to // bt, to % bt] = pool.v[layer, blocks, slots]
-        span = grp.keys.shape[-1]
-        np.copyto(grp.keys[:, 0], k.reshape(span, nkv, hd).transpose(1, 2, 0))
-        np.copyto(grp.values[:, 0], v.reshape(span, nkv, hd).transpose(1, 0, 2))
+        g, span = st.keys.shape[1], st.keys.shape[-1]
+        np.copyto(st.keys[:, :, 0], k.reshape(g, span, nkv, hd).transpose(2, 0, 3, 1))
+        np.copyto(st.values[:, :, 0], v.reshape(g, span, nkv, hd).transpose(2, 0, 1, 3))
         # Query head h reads K/V head h // group; rows of one K/V head are (row, head in group).
-        gemms, size = grp.q.shape[1:3]
-        grp.q.reshape(nkv, gemms * size, hd)[:, grp.at] = (
-            q.reshape(g, nkv, group, hd).transpose(1, 0, 2, 3).reshape(nkv, g * group, hd))
-        scores = np.matmul(grp.q, grp.keys, out=grp.scores)
-        np.copyto(scores, np.float32(-np.inf), where=grp.future)
-        scores -= scores.max(axis=-1, keepdims=True)
-        probs = np.exp(scores, out=scores)
-        probs /= probs.sum(axis=-1, keepdims=True)
-        out = np.matmul(probs, grp.values, out=grp.out).reshape(nkv, gemms * size, hd)[:, grp.at]
-        return out.reshape(nkv, g, group, hd).transpose(1, 0, 2, 3).reshape(g, nkv * group * hd)
+        rows = st.q.reshape(nkv, -1, hd)
+        rows[:, st.at] = q.reshape(n, nkv, group, hd).transpose(1, 0, 2, 3).reshape(nkv, n * group, hd)
+        _attention(st.q, st.keys, st.values, st.future, st.scores, st.out)
+        out = st.out.reshape(nkv, -1, hd)[:, st.at]
+        return out.reshape(nkv, n, group, hd).transpose(1, 0, 2, 3).reshape(n, nkv * group * hd)
 
 
 @dataclass
-class _Group:
-    """One attention group of a pass (:meth:`TinyLlama._attention_group`)."""
+class _Stack:
+    """Attention groups of one span run as one (:meth:`TinyLlama._attention_stacks`)."""
 
     rows: np.ndarray
-    table: np.ndarray
+    tables: np.ndarray
     moves: tuple
     at: np.ndarray
     future: np.ndarray
@@ -611,6 +641,49 @@ class _Group:
     values: np.ndarray
     scores: np.ndarray
     out: np.ndarray
+
+
+def _attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, future: np.ndarray,
+               scores: np.ndarray, out: np.ndarray) -> None:
+    """``out = softmax(q @ keys, slots past each row's position masked) @ values``, in place: the
+    score gemm, the mask, the softmax along each row, the mix gemm."""
+    np.matmul(q, keys, out=scores)
+    np.copyto(scores, np.float32(-np.inf), where=future)
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    np.matmul(scores, values, out=out)
+
+
+@functools.cache
+def attention_rows_free(heads: int, head_dim: int, span: int) -> bool:
+    """Does this BLAS compute each row of :func:`_attention` over ``span`` slots the same whatever
+    the number of rows (2 to ``GEMM_ROWS``) and the row's place? Probed on seeded data as
+    :func:`rows_free` probes a weight's block gemm. Where it does, a group's (row, query head)
+    pairs run packed, ``GEMM_ROWS`` at a time, so a request feeding one row pays for the
+    ``group`` rows its query heads fill, not for 16. OpenBLAS on AVX-512 says yes while a 16-row
+    gemm stays under about a million multiply-adds (with a head of 64, spans up to 976 slots); past
+    that its kernel for 16 rows is no longer the one it runs for fewer, and the rows keep their
+    16-row slots."""
+    rng = np.random.default_rng(0)
+
+    def run(q: np.ndarray, future: np.ndarray) -> np.ndarray:
+        m = q.shape[2]
+        scores, out = _aligned_zeros((heads, 1, m, span)), _aligned_zeros((heads, 1, m, head_dim))
+        _attention(aligned_copy(q), keys, values, future, scores, out)
+        return out
+
+    keys = aligned_copy(rng.standard_normal((heads, 1, head_dim, span)).astype(np.float32))
+    values = aligned_copy(rng.standard_normal((heads, 1, span, head_dim)).astype(np.float32))
+    q = rng.standard_normal((heads, 1, GEMM_ROWS, head_dim)).astype(np.float32)
+    future = np.arange(span)[None, None, :] > rng.integers(0, span, (1, GEMM_ROWS, 1))
+    whole = run(q, future)
+    for m in range(2, GEMM_ROWS):
+        for start in range(GEMM_ROWS - m + 1):
+            part = run(q[:, :, start:start + m], future[:, start:start + m])
+            if not np.array_equal(part, whole[:, :, start:start + m]):
+                return False
+    return True
 
 
 def _attention_rows(positions: np.ndarray, group: int) -> np.ndarray:

@@ -164,7 +164,8 @@ class CostTable:
 def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Drafter = lookup_drafter,
             context: int = 96) -> CostTable:
     """Time the model's forward on a scratch pool over passes of 1, 4, 16, 17, 33 and 64 rows shared
-    by 1, 4 or 16 requests (at slots spread over the gemm, as a server's requests sit),
+    by 1, 4 or 16 requests (at slots spread over the gemm and two to a block count, as a server's
+    requests sit, from ``context - 48`` positions on),
     plus ``g = 2..max_blocks`` requests of one row each at one slot (``g`` gemms for ``g`` rows
     where rows sit at their slots; one where the model feeds rows alone, :meth:`CostTable.gemms`),
     and fit ``first + (g - 1) * gemm + rows * row + requests * request`` to them by least squares
@@ -178,19 +179,23 @@ def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Dr
     from scipy.optimize import nnls  # here, not at the top: it takes 0.4 s to import, and only profile needs it
 
     bt = 16
+    if context < 3 * bt:
+        raise SpecError(f"context must be at least {3 * bt} (16 requests spread over 8 block counts around it), got {context!r}")
     sizes, shares = (1, 4, 16, 17, 33, 64), (1, 4, 16)  # rows up to 16 requests drafting 3 each; requests
     top = max(sizes)
-    per = blocks_for(context + bt + top, bt)
+    per = blocks_for(context + bt * (max(shares) // 4 + 2) + top, bt)
     pool = model.new_pool(max(shares) * per, bt)
     tables = [[pool.allocate() for _ in range(per)] for _ in range(max(shares))]
     rng = np.random.default_rng(0)
     ids = rng.integers(0, model.config.vocab, top).tolist()
 
-    def spread(rows: int, requests: int) -> tuple:  # request i starts at slot 5 * i % 16: all 16 differ
+    def spread(rows: int, requests: int) -> tuple:
+        # request i starts at slot 5 * i % 16 (all 16 differ), two requests to a block count (a
+        # server's requests end at many, and the model stacks the attention of those at one)
         tb, pos = [], []
         for i in range(requests):
             mine = rows // requests + (i < rows % requests)
-            start = context + 5 * i % bt
+            start = context + 5 * i % bt + bt * (i // 2 - (requests - 1) // 4)
             tb += [tables[i]] * mine
             pos += range(start, start + mine)
         return tb, pos, ids[:rows]
