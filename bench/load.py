@@ -8,8 +8,8 @@ half the output budget); ``--quick`` runs code-edit and the shift (whose second 
 A cell runs until each policy has emitted the tokens of ``waves`` x B requests (at least four),
 with a queue long enough that B requests run all that time; the requests still running are then
 cancelled (a drain is not concurrency B). Nor is a cold start: in the code-edit and prose cells
-B / 4 requests (at least one) run first and are not counted, so each server's pooled acceptance
-estimate has seen the traffic, as a running server's has (the shift starts cold on code-edit: its
+nothing counts until B / 4 requests (at least one) have ended, and those are left out, so each
+server's pooled acceptance estimate has seen the traffic, as a running server's has (the shift starts cold on code-edit: its
 measure is the turn to prose). Output budgets vary from half to one and a half times
 ``max_new`` (real answers vary; equal budgets would keep plain decoding's requests in lockstep).
 Policies: plain batched decoding (``off``), static k in 2, 4, 8, 15, and ``adaptive`` (the goodput
@@ -182,14 +182,17 @@ def warm_pool(model, work: Workloads, batch: int):
 
 
 class Run:
-    """One policy's server in a cell, with its own clock: CPU seconds of its own steps only. The
-    first ``warm`` requests warm the server up: nothing is counted until every one of them has
-    ended (its pooled estimate has then seen the traffic, as a running server's has)."""
+    """One policy's server in a cell, with its own clock: CPU seconds of its own steps only.
+    Nothing is counted until ``warm`` requests have ended, whichever they are (the pooled
+    estimate has then seen the traffic, as a running server's has); those requests are left out
+    of the cell's figures. Waiting for given requests instead could outlast the queue: a request
+    the policy seldom drafts for takes a step a token while the others run through it."""
 
     def __init__(self, model, pool, cost: CostTable, policy: Policy, prompts: list[list[int]], batch: int,
                  max_new: int, eos: list[int], warm: int = 0) -> None:
         self.policy, self.batch, self.warm = policy, batch, warm
         self.counting = warm == 0
+        self.warmed: set[int] = set()
         self.server = Server(model, pool, policy, max_batch=batch, cost=cost, prefix_cache=True)
         self.clock = self.began = 0.0
         self.stamps: dict[int, list[float]] = {}
@@ -209,7 +212,8 @@ class Run:
         spent = time.process_time() - self.began
         self.clock += spent
         if not self.counting:
-            self.counting = all(i in self.server.results for i in range(self.warm))
+            self.counting = len(self.server.results) >= self.warm
+            self.warmed = set(self.server.results)
             return
         self.seconds += spent
         self.wall += time.perf_counter() - wall
@@ -221,9 +225,9 @@ class Run:
 
     def cell(self, prompts: list[list[int]]) -> Cell:
         every = self.server.results
-        results = {i: out for i, out in every.items() if i >= self.warm}
+        results = {i: out for i, out in every.items() if i not in self.warmed}
         latency = statistics.median((s[-1] - s[0]) / (len(s) - 1) for i, s in self.stamps.items()
-                                    if len(s) > 1 and i >= self.warm)
+                                    if len(s) > 1 and i not in self.warmed)
         return Cell({tuple(prompts[i]): every[i].tokens for i in every}, self.seconds, self.wall, self.emitted,
                     self.blocks, self.steps, self.predicted, sum(len(r.tokens) for r in results.values()),
                     sum(r.stats.drafted for r in results.values()), sum(r.stats.accepted for r in results.values()),
@@ -262,7 +266,7 @@ def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloa
     order turns by one each repeat so none always steps first). A cell counts the time of the
     tokens ``waves`` x B requests (at least four) emit; the shift serves B code-edit requests
     then prose requests, each with half the output budget, for as many tokens. Before a code-edit
-    or prose cell counts, B / 4 requests (at least one) of its traffic warm each server up, so that
+    or prose cell counts, B / 4 of its requests (at least one) end on each server, so that
     the cell measures a server that has been serving that traffic, not one whose pooled estimate
     still stands at the prior. The shift is not warmed: its measure is the turn from code-edit, which
     a warm-up would run before the count began; its code-edit start is where the prior is close."""
