@@ -579,7 +579,7 @@ class TinyLlama:
             for i, ((rows, *_), place) in enumerate(zip(members, places)):
                 future[i, place] = np.repeat(np.arange(span)[None, :] > pos[rows][:, None], group, axis=0)
             g = len(members)
-            rows, table, moved_to, from_blocks, from_slots, _ = members[0]
+            _, table, moved_to, from_blocks, from_slots, _ = members[0]
             out.append(_Stack(np.concatenate([m[0] for m in members]),
                               np.array([m[1] for m in members], dtype=np.int64).ravel(),
                               (moved_to, from_blocks, from_slots),
