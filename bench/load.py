@@ -9,8 +9,8 @@ A cell runs until each policy has emitted the tokens of ``waves`` x B requests (
 with a queue long enough that B requests run all that time; the requests still running are then
 cancelled (a drain is not concurrency B). Nor is a cold start: in the code-edit and prose cells
 nothing counts until B / 4 requests (at least one) have ended, and those are left out, so each
-server's pooled acceptance estimate has seen the traffic, as a running server's has (the shift starts cold on code-edit: its
-measure is the turn to prose). Output budgets vary from half to one and a half times
+server's pooled acceptance estimate has seen the traffic, as a running server's has (the shift
+starts cold on code-edit: its measure is the turn to prose). Output budgets vary from half to one and a half times
 ``max_new`` (real answers vary; equal budgets would keep plain decoding's requests in lockstep).
 Policies: plain batched decoding (``off``), static k in 2, 4, 8, 15, and ``adaptive`` (the goodput
 rule on a cost table profiled at start at the cells' context, ``tinyllm.serve.profile``). Every

@@ -436,6 +436,11 @@ def test_profile_gives_a_usable_table(small):
     assert 0 <= cost.fit_error < float("inf")
 
 
+def test_profile_refuses_a_context_its_spread_cannot_sit_around(small):
+    with pytest.raises(SpecError, match="context must be at least 48.*got 40"):
+        profile(small, context=40)
+
+
 def _clocked_forward(monkeypatch, model, seconds):
     """Make ``model.forward`` take ``seconds(gemms, rows, requests)`` on a fake CPU clock that
     nothing else advances: profile then sees those costs and nothing else."""

@@ -164,8 +164,8 @@ class CostTable:
 def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Drafter = lookup_drafter,
             context: int = 96) -> CostTable:
     """Time the model's forward on a scratch pool over passes of 1, 4, 16, 17, 33 and 64 rows shared
-    by 1, 4 or 16 requests (at slots spread over the gemm and two to a block count, as a server's
-    requests sit, from ``context - 48`` positions on),
+    by 1, 4 or 16 requests (at slots spread over the gemm and two to a block count around
+    ``context``, as a server's requests sit),
     plus ``g = 2..max_blocks`` requests of one row each at one slot (``g`` gemms for ``g`` rows
     where rows sit at their slots; one where the model feeds rows alone, :meth:`CostTable.gemms`),
     and fit ``first + (g - 1) * gemm + rows * row + requests * request`` to them by least squares
