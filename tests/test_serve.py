@@ -17,7 +17,7 @@ from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams
 from tinyllm.serve import (BANK_LIMIT, BANK_RATE, EXPLORE, FADE, MAX_DRAFT, PRIOR, Acceptance, Bank, CostTable, Lane,
                            Policy, Request, Server, adaptive_ks, choose_ks, expected_tokens, faded, fed_positions,
-                           gemm_blocks, goodput, lookup_drafter, profile, trim, widen)
+                           gemm_blocks, goodput, lookup_drafter, observe, profile, trim, widen)
 from tinyllm.spec import Generated, SpecConfig, SpecError, SpecStats, generate
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "fixtures" / "model" / "tiny_llama.npz"
@@ -284,9 +284,26 @@ def test_a_quiet_low_estimate_fades_up_to_the_pool(tiny):
     server.submit(list(TEXTS[1].encode()), max_new=8)
     server._admit()
     r = server.running[0]
-    r.estimate.rates, r.quiet = [0.0] * MAX_DRAFT, 3
+    r.estimate.rates, r.quiet, r.out.stats.drafted = [0.0] * MAX_DRAFT, 3, 2
     assert server._lanes()[0].rates == faded([0.0] * MAX_DRAFT, server.pooled.rates, 3)
     assert r.estimate.rates == [0.0] * MAX_DRAFT
+
+
+def test_until_it_first_drafts_a_request_follows_the_pool(tiny):
+    """Under adaptive, a request that has not drafted yet is read at the pool as it stands, not
+    at the copy taken when it was admitted; when it first drafts, its estimate restarts there."""
+    server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=COST)
+    server.submit(list(TEXTS[1].encode()), max_new=8)
+    server._admit()
+    r = server.running[0]
+    server.pooled.rates = [0.2] * MAX_DRAFT  # the traffic turned after it was admitted
+    assert server._lanes()[0].rates == [0.2] * MAX_DRAFT
+    server.step()  # the prompt: no draft
+    server.pooled.rates = [0.99] * MAX_DRAFT
+    report = server.step()
+    assert report.ks[r.rid] > 0, "a request whose pool is sure drafts"
+    drafted, accepted = r.out.stats.drafted, r.out.stats.accepted
+    assert r.estimate.rates == observe([0.99] * MAX_DRAFT, drafted, accepted)
 
 
 def test_a_new_request_starts_from_the_pooled_estimate(tiny):

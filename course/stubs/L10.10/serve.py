@@ -487,12 +487,15 @@ class Server:
     def _lanes(self) -> list[Lane]:
         """Under the adaptive policy a request drafts from its second round on: its first round
         feeds the prompt, the dearest step it has, and a lookup there has only the prompt
-        (a chat template) to match, and it sees each estimate :func:`faded` by its quiet rounds.
+        (a chat template) to match. Until it first drafts, the policy sees the pool as it stands
+        (its estimate holds nothing of its own yet, and the copy taken at admission may predate
+        a turn of the traffic); after, its estimate :func:`faded` by its quiet rounds.
         ``off`` and static ``k`` draft as L10.8's loop does."""
-        adaptive = self.policy.kind == "adaptive"
-        return [Lane(r.cached, len(r.pending),
-                     min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1) if r.out.tokens or not adaptive else 0,
-                     faded(r.estimate.rates, self.pooled.rates, r.quiet) if adaptive else r.estimate.rates)
+        if self.policy.kind != "adaptive":
+            return [Lane(r.cached, len(r.pending), min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1), r.estimate.rates)
+                    for r in self.running]
+        return [Lane(r.cached, len(r.pending), min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1) if r.out.tokens else 0,
+                     faded(r.estimate.rates, self.pooled.rates, r.quiet) if r.out.stats.drafted else self.pooled.rates)
                 for r in self.running]
 
     def _explore(self, ks: list[int]) -> list[int]:
@@ -503,6 +506,9 @@ class Server:
         that row's slot is free in the gemms the pass runs anyway (and, where rows are fed alone,
         those gemms have a row to spare). Its estimate learns only from what it drafts; the cost is
         at most one row in ``EXPLORE`` rounds, never a gemm.
+
+        Following the pool: a request drafting for the first time had its ``k`` read from the pool
+        as it stands (:meth:`_lanes`), so its estimate restarts there; its rounds then move it.
 
         The bank: ``adaptive_ks`` never adds a gemm, so its drafts save gemms against plain
         decoding. Those savings (:class:`Bank`) pay for whole gemms more, :func:`widen`, while a
@@ -529,6 +535,8 @@ class Server:
         out = trim(lanes, out, self.cost)
         for r, k in zip(self.running, out):
             r.quiet = 0 if k else r.quiet
+            if k and not r.out.stats.drafted:  # its first draft: the estimate restarts where its k was read
+                r.estimate = Acceptance(list(self.pooled.rates))
         self.bank.fed = gemm_blocks(fed_positions(lanes, out))
         return out
 
