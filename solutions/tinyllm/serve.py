@@ -365,10 +365,11 @@ def widen(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable, gemms: int,
         return out
     used = slot_rows(fed_positions(lanes, out))
     best = goodput(lanes, out, cost)
+    surv = [survival(lane.rates, lane.cap) for lane in lanes]
     for cap in range(max(used) + 1, max(used) + 1 + gemms):
         slots = []
-        for i, lane in enumerate(lanes):
-            for m, s in enumerate(survival(lane.rates, lane.cap), start=1):
+        for i, row in enumerate(surv):
+            for m, s in enumerate(row, start=1):
                 if m <= out[i]:
                     continue
                 if s <= best * (cost.row_seconds + (cost.draft_seconds if m == 1 else 0.0)):
@@ -398,12 +399,13 @@ def trim(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable) -> list[int]
         return out
     fixed = sum(lane.fixed for lane in lanes)
     best, trial = goodput(lanes, out, cost), list(out)
+    surv = [survival(lane.rates, k) for lane, k in zip(lanes, out)]  # surv[i][k - 1]: its k-th draft token's
     while True:
         fewer = (-(-(fixed + sum(trial)) // GEMM_ROWS) - 1) * GEMM_ROWS  # the rows one gemm fewer holds
         if fewer < fixed or not any(trial):
             return out
         while fixed + sum(trial) > fewer:
-            i = min((i for i, k in enumerate(trial) if k), key=lambda i: (survival(lanes[i].rates, trial[i])[-1], -i))
+            i = min((i for i, k in enumerate(trial) if k), key=lambda i: (surv[i][trial[i] - 1], -i))
             trial[i] -= 1
         value = goodput(lanes, trial, cost)
         if value > best:
