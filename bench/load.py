@@ -43,6 +43,15 @@ B = 1 on code-edit; R the lowest adaptive / best static at any B and workload.
 
     python bench/load.py --quick                    # the trained tiny llama
     python bench/load.py --quick --model smollm2    # SmolLM2-135M-Instruct (CI)
+
+``--cost FILE`` reads the cost table from a ``load.json`` this script wrote (its ``cost``) instead
+of profiling one; ``--priced`` then prices every cell's steps by that table instead of timing
+them, in one repeat. The servers, their decisions and the tokens are the same as in a timed run,
+and the figures are the same on any machine: two policies, or two versions of one, compare
+without the machine's noise. (Tokens/s, step times and the summary line are then the
+table's; latency is still measured.)
+
+    python bench/load.py --quick --model smollm2 --cost bench/out/load_smollm2.json --priced
 """
 
 import os
@@ -436,12 +445,27 @@ def plot(rows: list[dict], batches: list[int], crossover: dict, path: Path) -> N
     finish_figure(fig, path, *axes)
 
 
+def saved_cost(path: Path, rows_alone: bool) -> CostTable:
+    """The cost table a ``load.json`` at ``path`` recorded; ``rows_alone`` is the model's."""
+    try:
+        saved = json.loads(path.read_text())["cost"]
+        return CostTable(tuple(float(t) for t in saved["block_seconds"]), float(saved["row_seconds"]),
+                         float(saved["request_seconds"]), float(saved["draft_seconds"]),
+                         float(saved["fit_error"]), rows_alone)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"FAIL: --cost {path}: not a load.json with a cost table ({type(e).__name__}: {e})") from None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="Speculation under load: tokens/s against concurrency by policy.")
     ap.add_argument("--quick", action="store_true", help="B in 1, 4, 16; short outputs; fewer repeats")
     ap.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    ap.add_argument("--cost", type=Path, help="read the cost table from this load.json instead of profiling one")
+    ap.add_argument("--priced", action="store_true", help="price each cell's steps by the cost table, not the clock")
     args = ap.parse_args()
+    if args.priced and args.cost is None:
+        ap.error("--priced needs --cost FILE: a table profiled in the same run would differ run to run")
     began = time.perf_counter()
     batches = [1, 4, 16] if args.quick else [1, 2, 4, 8, 16, 32]
     workloads = ["code-edit", "shift"] if args.quick else ["code-edit", "prose", "shift"]
@@ -449,17 +473,24 @@ def main() -> int:
     settings = {("tiny", True): (48, 4, 3), ("tiny", False): (96, 4, 3),
                 ("smollm2", True): (16, 1, 1), ("smollm2", False): (32, 1, 2)}
     max_new, waves, repeats = settings[(args.model, args.quick)]
+    repeats = 1 if args.priced else repeats  # a priced cell comes out the same every time
     load = tiny_workloads if args.model == "tiny" else smollm2_workloads
     model, work = load(max(max(batches) * max(waves, 2), 2 * MIN_REQUESTS), max_new)
     # Profiled at the context the cells run at: a request's attention grows with it.
     context = round(statistics.mean(len(p) for ps in work.prompts.values() for p in ps) + max_new / 2)
-    cost = profile(model, max_blocks=4, repeats=15 if args.model == "tiny" else 3, context=context)
+    cost = (saved_cost(args.cost, model.rows_alone) if args.cost else
+            profile(model, max_blocks=4, repeats=15 if args.model == "tiny" else 3, context=context))
     print("cost table (ms): " + ", ".join(f"{g} gemm{'s' if g > 1 else ''} {t * 1e3:.2f}"
                                            for g, t in enumerate(cost.block_seconds, start=1))
           + f"; per row {cost.row_seconds * 1e3:.3f}, per request {cost.request_seconds * 1e3:.3f}, "
             f"per draft {cost.draft_seconds * 1e3:.3f} (at {context} tokens of context; "
             f"the fit within {cost.fit_error:.0%} of every profiled pass)")
     cells = measure(model, cost, work, batches, workloads, waves, repeats)
+    if args.priced:
+        print(f"priced: every cell's seconds are the cost table's ({args.cost}), not measured")
+        for runs in cells.values():
+            for cell in runs:
+                cell.seconds = cell.wall = cell.predicted
     bad = greedy_mismatches(cells)
     rows = table(cells, batches)
     print_rows(rows)
@@ -481,7 +512,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "load" if args.model == "tiny" else "load_smollm2"
     report = {"model": args.model, "quick": args.quick, "batches": batches, "workloads": workloads,
-              "waves": waves, "max_new": max_new,
+              "waves": waves, "max_new": max_new, "priced": args.priced,
               "repeats": repeats, "cost": {"block_seconds": cost.block_seconds, "row_seconds": cost.row_seconds,
                                            "request_seconds": cost.request_seconds,
                                            "draft_seconds": cost.draft_seconds, "fit_error": cost.fit_error},

@@ -1,0 +1,52 @@
+"""``bench/load.py``'s saved cost tables (``--cost``, ``--priced``): read back as written, and a bad
+file or a priced run without one refused by name."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ol_helpers import ROOT
+
+
+def bench_load():
+    """``bench/load.py`` as a module; its one-thread BLAS setting is not left to this process's children."""
+    before = os.environ.get("OPENBLAS_NUM_THREADS")
+    try:
+        spec = importlib.util.spec_from_file_location("bench_load", ROOT / "bench" / "load.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        if before is None:
+            os.environ.pop("OPENBLAS_NUM_THREADS", None)
+
+
+load = bench_load()
+
+
+def test_a_saved_table_reads_back_as_written(tmp_path):
+    path = tmp_path / "load.json"
+    cost = {"block_seconds": [0.02, 0.035], "row_seconds": 0.003, "request_seconds": 0.004,
+            "draft_seconds": 2e-5, "fit_error": 0.1}
+    path.write_text(json.dumps({"cost": cost, "rows": []}))
+    table = load.saved_cost(path, rows_alone=True)
+    assert table.block_seconds == (0.02, 0.035) and table.row_seconds == 0.003
+    assert table.request_seconds == 0.004 and table.draft_seconds == 2e-5 and table.rows_alone
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"rows": []}', '{"cost": {"block_seconds": [0.1]}}'])
+def test_a_bad_cost_file_is_refused_by_name(tmp_path, text):
+    path = tmp_path / "broken.json"
+    path.write_text(text)
+    with pytest.raises(SystemExit, match=r"--cost .*broken\.json: not a load\.json with a cost table"):
+        load.saved_cost(path, rows_alone=False)
+
+
+def test_priced_needs_a_saved_table():
+    ran = subprocess.run([sys.executable, str(ROOT / "bench" / "load.py"), "--quick", "--priced"],
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 2 and "--priced needs --cost FILE" in ran.stderr
