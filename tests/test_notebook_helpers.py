@@ -1,8 +1,10 @@
 """notebooks/course/: which tinyllm a notebook runs, the short messages, the ol check table."""
 
 import json
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -541,3 +543,18 @@ def test_the_package_keeps_no_mutable_state_but_the_one_state_object():
                 if name == "__all__":
                     continue
                 assert value is course.STATE or isinstance(value, frozen) or callable(value), (path.name, name)
+
+
+def test_every_graded_test_of_a_chaptered_module_is_in_a_check_cell():
+    """A learner who checks from the chapters sees every graded test of their module, as ``ol check``
+    does: a test no check cell names would fail only outside the notebooks."""
+    named = set()
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            for call in re.findall(r"course\.check\(([^)]*)\)", "".join(cell["source"])):
+                named |= set(re.findall(r'"(\w+)"', call))
+    for path in sorted((ROOT / "course" / "modules").glob("*.toml")):
+        module = tomllib.loads(path.read_text())
+        tests = {t["name"] for t in module["test"]}
+        if tests & named:
+            assert tests <= named, f"{module['id']}: no chapter's check cell runs {sorted(tests - named)}"
