@@ -399,14 +399,18 @@ def trim(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable) -> list[int]
         return out
     fixed = sum(lane.fixed for lane in lanes)
     best, trial = goodput(lanes, out, cost), list(out)
-    surv = [survival(lane.rates, k) for lane, k in zip(lanes, out)]  # surv[i][k - 1]: its k-th draft token's
+    # Survival never rises along a draft, so the unlikeliest row left is always some request's last:
+    # every draft row, the order they are taken back in (ties: the later request, its later token).
+    order = sorted(((s, -i, -m, i) for i, (lane, k) in enumerate(zip(lanes, out))
+                    for m, s in enumerate(survival(lane.rates, k), start=1)))
+    taken = 0
     while True:
         fewer = (-(-(fixed + sum(trial)) // GEMM_ROWS) - 1) * GEMM_ROWS  # the rows one gemm fewer holds
         if fewer < fixed or not any(trial):
             return out
         while fixed + sum(trial) > fewer:
-            i = min((i for i, k in enumerate(trial) if k), key=lambda i: (surv[i][trial[i] - 1], -i))
-            trial[i] -= 1
+            trial[order[taken][3]] -= 1
+            taken += 1
         value = goodput(lanes, trial, cost)
         if value > best:
             out, best = list(trial), value
