@@ -9,7 +9,10 @@ its case (the call, yours, the rule). Learner bugs that are not named pitfalls a
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import subprocess
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -19,11 +22,23 @@ from ol_helpers import ROOT, ol
 
 MODULES = {m["id"]: m for m in (tomllib.loads(p.read_text()) for p in sorted((ROOT / "course/modules").glob("*.toml")))}
 PITFALLS = [(mid, p["id"], p["caught_by"]) for mid, m in MODULES.items() for p in m.get("pitfall", [])]
+_STARTED: dict[str, Path] = {}   # module -> a workspace ol started in, made once a process
+
+
+def started(module: str) -> Path:
+    """A workspace where ``ol start module`` ran. Each test copies it: one ``ol start`` a module and
+    process, not one a test (tests/test_ol_start.py tests the command itself)."""
+    if module not in _STARTED:
+        folder = Path(tempfile.mkdtemp(prefix="ol-test-started-"))
+        atexit.register(shutil.rmtree, folder, True)
+        assert ol("start", module, "--workspace", str(folder)).code == 0
+        _STARTED[module] = folder
+    return _STARTED[module]
 
 
 def learner_workspace(tmp_path: Path, patch: Path, module: str = "L10.8") -> Path:
     """A started workspace of ``module`` whose learner files are the reference's with ``patch`` applied."""
-    assert ol("start", module, "--workspace", str(tmp_path)).code == 0
+    shutil.copytree(started(module), tmp_path, dirs_exist_ok=True)
     for name in MODULES[module]["learner_files"]:
         (tmp_path / "tinyllm" / name).write_text((ROOT / "solutions/tinyllm" / name).read_text())
     text = patch.read_text().replace("solutions/tinyllm/", "tinyllm/")

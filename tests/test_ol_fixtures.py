@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -41,7 +42,9 @@ def test_an_edited_fixture_stops_check_with_exit_3(tmp_path):
 def test_the_graded_suites_and_the_projects_tests_collect_together():
     """``pytest course/tests tests`` in one session: the suites read their fixtures through
     ``course/tests/graded.py``, not through a ``conftest`` that another folder's conftest shadows."""
+    # Autoloaded plugins (nbval's Jupyter imports, hypothesis) cost seconds and have no conftest to shadow.
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     ran = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist",
-                          "course/tests", "tests"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                          "course/tests", "tests"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
     assert re.search(r"^\d+ tests collected", ran.stdout, re.M), ran.stdout[-500:]
