@@ -558,3 +558,35 @@ def test_every_graded_test_of_a_chaptered_module_is_in_a_check_cell():
         tests = {t["name"] for t in module["test"]}
         if tests & named:
             assert tests <= named, f"{module['id']}: no chapter's check cell runs {sorted(tests - named)}"
+
+
+def test_a_killed_kernels_scratch_folders_are_removed_by_the_next_and_a_live_ones_kept(tmp_path):
+    """nbval kills its kernels (no exit handler runs): their folders must not pile up in the
+    temporary folder, and a kernel still running must keep its own."""
+    make = ("import os, signal, sys; sys.path.insert(0, {notebooks!r}); from course.state import scratch_dir; "
+            "print(scratch_dir('tinyllm-notebook-'), flush=True); {then}")
+    env = {"TMPDIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    notebooks = str(ROOT / "notebooks")
+
+    def kernel(then: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", make.format(notebooks=notebooks, then=then)],
+                                stdout=subprocess.PIPE, text=True, env=env)
+
+    killed = kernel("os.kill(os.getpid(), signal.SIGKILL)")
+    killed_dir = Path(killed.stdout.readline().strip())
+    killed.wait(timeout=60)
+    assert killed_dir.is_dir()
+    alive = kernel("import time; time.sleep(120)")
+    try:
+        alive_dir = Path(alive.stdout.readline().strip())
+        assert not killed_dir.exists(), "a killed kernel's folder was left behind"
+        done = kernel("")
+        done_dir = Path(done.stdout.readline().strip())
+        done.wait(timeout=60)
+        assert alive_dir.is_dir(), "a live kernel's folder was removed"
+        assert not done_dir.exists(), "a kernel that exits removes its own folder"
+        locks = [p.name for p in tmp_path.glob("tinyllm-kernel-*.lock")]
+        assert locks == [f"tinyllm-kernel-{alive_dir.name.split('-')[2]}.lock"], locks
+    finally:
+        alive.kill()
+        alive.wait(timeout=60)

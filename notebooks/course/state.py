@@ -7,6 +7,7 @@ time. Tests start afresh with :func:`reset`.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ class State:
     comparing: bool = True              # False inside no_comparison()
     on_path: list[str] = field(default_factory=list)  # folders use() put on sys.path
     scratch: list[Path] = field(default_factory=list)  # temporary folders, removed at exit
+    owner: Path | None = None  # this kernel's lock file, held locked while it lives (scratch_dir)
+    owner_fd: int = -1
     chapters: dict[str, Chapter] = field(default_factory=dict)  # read from the catalog, by module id
 
 
@@ -53,9 +56,9 @@ STATE = State()
 
 def reset() -> None:
     """Forget the chapter, the running code and any redraw (the scratch folders stay until exit)."""
-    scratch = STATE.scratch
+    kept = STATE.scratch, STATE.owner, STATE.owner_fd
     STATE.__init__()
-    STATE.scratch = scratch
+    STATE.scratch, STATE.owner, STATE.owner_fd = kept
 
 
 def current() -> Running:
@@ -64,14 +67,46 @@ def current() -> Running:
     return STATE.running
 
 
+OWNER_PREFIX = "tinyllm-kernel-"
+
+
 def scratch_dir(prefix: str) -> Path:
-    """A temporary folder that lives until the kernel exits."""
-    path = Path(tempfile.mkdtemp(prefix=prefix))
+    """A temporary folder that lives until the kernel exits.
+
+    A kernel that is killed (nbval stops kernels so, and a crash does) runs no exit handler. So
+    each kernel holds a lock file, ``tinyllm-kernel-<token>.lock``, locked while it lives, and its
+    folders' names carry the token. A kernel making its first folder removes the folders of every
+    kernel whose lock nobody holds: the system frees a lock when its process dies, whatever the
+    process ids in and out of containers say."""
+    if STATE.owner is None:
+        _remove_orphans()
+        STATE.owner_fd, name = tempfile.mkstemp(prefix=OWNER_PREFIX, suffix=".lock")
+        fcntl.flock(STATE.owner_fd, fcntl.LOCK_EX)
+        STATE.owner = Path(name)
+    token = STATE.owner.name.removeprefix(OWNER_PREFIX).removesuffix(".lock")
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{token}-"))
     STATE.scratch.append(path)
     return path
+
+
+def _remove_orphans() -> None:
+    """Remove the folders of kernels that died without removing them, and their lock files."""
+    temp = Path(tempfile.gettempdir())
+    for lock in temp.glob(f"{OWNER_PREFIX}*.lock"):
+        try:
+            with open(lock) as held:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                token = lock.name.removeprefix(OWNER_PREFIX).removesuffix(".lock")
+                for folder in temp.glob(f"tinyllm-*-{token}-*"):
+                    shutil.rmtree(folder, ignore_errors=True)
+                lock.unlink()
+        except OSError:  # held by a live kernel, someone else's, or gone already
+            continue
 
 
 @atexit.register
 def _remove_scratch() -> None:
     for path in STATE.scratch:
         shutil.rmtree(path, ignore_errors=True)
+    if STATE.owner is not None:
+        STATE.owner.unlink(missing_ok=True)
