@@ -51,7 +51,7 @@ and the figures are the same on any machine: two policies, or two versions of on
 without the machine's noise. (Tokens/s, step times and the summary line are then the
 table's; latency is still measured.)
 
-    python bench/load.py --quick --model smollm2 --cost bench/out/load_smollm2.json --priced
+    python bench/load.py --quick --model smollm2 --cost bench/cost_tables/smollm2_quick.json --priced
 """
 
 import os
