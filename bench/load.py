@@ -13,8 +13,10 @@ server's pooled acceptance estimate has seen the traffic, as a running server's 
 starts cold on code-edit: its measure is the turn to prose). Output budgets vary from half to one and a half times
 ``max_new`` (real answers vary; equal budgets would keep plain decoding's requests in lockstep).
 Policies: plain batched decoding (``off``), static k in 2, 4, 8, 15, and ``adaptive`` (the goodput
-rule on a cost table profiled at start at the cells' context, ``tinyllm.serve.profile``). Every
-request's prompt ends with a few filler words so that requests start at different gemm slots
+rule on a cost table profiled at start at the cells' context, ``tinyllm.serve.profile``), and a
+negative control: ``control``, a second plain server in every cell, whose ratio to the first is
+the run's own noise (the two do the same work; a ratio within that spread of a bound does not
+settle it). Every request's prompt ends with a few filler words so that requests start at different gemm slots
 (``p % 16``; the fillers reach 14 of the 16); every prompt's full blocks are computed once and
 pinned in the prefix index, so a request feeds only the last block of its prompt.
 
@@ -81,6 +83,7 @@ SLOT_SEED = 16
 LENGTHS = (1.0, 0.5, 1.5, 0.75, 1.25)  # output budgets over max_new: mean 1
 STATIC = (2, 4, 8, 15)
 POLICIES = [Policy("off")] + [Policy("static", k) for k in STATIC] + [Policy("adaptive")]
+CONTROL = "control"  # a second plain server in every cell: its ratio to the first is the run's own noise
 FILLER = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar "
           "papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
 
@@ -175,7 +178,7 @@ def warm_pool(model, work: Workloads, batch: int):
     prompts = list({tuple(p): p for ps in work.prompts.values() for p in ps}.values())
     per_request = -(-(max(len(p) for p in prompts) + work.max_new) // BLOCK_TOKENS)
     pinned = sum(len(p) // BLOCK_TOKENS for p in prompts)
-    pool = model.new_pool(pinned + (len(POLICIES) * batch + len(prompts)) * per_request, BLOCK_TOKENS)
+    pool = model.new_pool(pinned + ((len(POLICIES) + 1) * batch + len(prompts)) * per_request, BLOCK_TOKENS)
     firsts = [ps[0] for ps in work.prompts.values()]
     for wave in (firsts, [p for p in prompts if p not in firsts]):
         server = Server(model, pool, Policy("off"), max_batch=max(1, len(wave)), prefix_cache=True)
@@ -198,8 +201,9 @@ class Run:
     the policy seldom drafts for takes a step a token while the others run through it."""
 
     def __init__(self, model, pool, cost: CostTable, policy: Policy, prompts: list[list[int]], batch: int,
-                 max_new: int, eos: list[int], warm: int = 0) -> None:
+                 max_new: int, eos: list[int], warm: int = 0, label: str = "") -> None:
         self.policy, self.batch, self.warm = policy, batch, warm
+        self.label = label or str(policy)
         self.counting = warm == 0
         self.warmed: set[int] = set()
         self.server = Server(model, pool, policy, max_batch=batch, cost=cost, prefix_cache=True)
@@ -243,16 +247,16 @@ class Run:
                     sum(r.stats.target_calls for r in results.values()), latency)
 
 
-def run_cells(model, pool, cost: CostTable, policies: list[Policy], prompts: list[list[int]], batch: int,
-              max_new: int, eos: list[int], target: int, warm: int = 0) -> dict[str, Cell]:
-    """Serve the queue ``prompts`` at concurrency ``batch`` under every policy, one server per
-    policy, their steps taken in turn (a busy spell of the machine slows every policy alike),
+def run_cells(model, pool, cost: CostTable, policies: list[tuple[str, Policy]], prompts: list[list[int]],
+              batch: int, max_new: int, eos: list[int], target: int, warm: int = 0) -> dict[str, Cell]:
+    """Serve the queue ``prompts`` at concurrency ``batch`` under every (label, policy), one server
+    each, their steps taken in turn (a busy spell of the machine slows every policy alike),
     each until it has emitted ``target`` tokens: the queue is long enough that B requests run
     all that time, the closed loop at concurrency B. The requests still running then are
     cancelled (their blocks given back; their output so far is checked like the rest): a drain,
     fewer than B requests left, is no longer concurrency B."""
     free = pool.num_free()
-    runs = [Run(model, pool, cost, policy, prompts, batch, max_new, eos, warm) for policy in policies]
+    runs = [Run(model, pool, cost, policy, prompts, batch, max_new, eos, warm, label) for label, policy in policies]
     while any(run.emitted < target for run in runs):
         for run in runs:
             if run.emitted < target:
@@ -266,7 +270,7 @@ def run_cells(model, pool, cost: CostTable, policies: list[Policy], prompts: lis
             run.server._finish(r)
     if pool.num_free() != free:
         raise SystemExit(f"FAIL: {free - pool.num_free()} blocks leaked (B={batch})")
-    return {str(run.policy): run.cell(prompts) for run in runs}
+    return {run.label: run.cell(prompts) for run in runs}
 
 
 def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloads: list[str], waves: int,
@@ -305,11 +309,12 @@ def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloa
         for b in batches:
             for name in workloads:
                 requests, max_new, target = loads[name]
-                order = POLICIES[rep % len(POLICIES):] + POLICIES[:rep % len(POLICIES)]
+                labelled = [(str(p), p) for p in POLICIES] + [(CONTROL, Policy("off"))]
+                order = labelled[rep % len(labelled):] + labelled[:rep % len(labelled)]
                 ran = run_cells(model, pool, cost, order, requests(b), b, max_new, work.eos, target(b),
                                 0 if name == "shift" else warm(b))
-                for policy in POLICIES:
-                    cells.setdefault((name, b, str(policy)), []).append(ran[str(policy)])
+                for label, _ in labelled:
+                    cells.setdefault((name, b, label), []).append(ran[label])
     return cells
 
 
@@ -402,7 +407,9 @@ def summary(rows: list[dict], batches: list[int]) -> tuple[str, dict]:
         worst = {k: min(ratio("code-edit", b, f"k={k}")["vs_plain"] for b in batches) for k in STATIC}
         k = min(worst, key=worst.get)
         head = f"static k={k} below plain from B=none (worst {worst[k]:.2f}x)"
+    control = [ratio(n, b, CONTROL)["vs_plain"] for n in names for b in batches]
     facts = {"static_below": {str(k): v for k, v in below.items()}, "adaptive_vs_plain_min": min(adaptive),
+             "control_vs_plain": [min(control), max(control)],
              "adaptive_vs_plain_b1": ratio("code-edit", batches[0], "adaptive")["vs_plain"],
              "adaptive_vs_best_static_min": min(vs_best), "blocks_per_token_ok": blocks_ok,
              "adaptive_vs_best_static_within_plain_gemms": within}
@@ -503,6 +510,9 @@ def main() -> int:
                                                     and r["policy"] == f"k={k}")["vs_plain"] < 1.0), None)
         print(f"static k={k}: predicted below plain from B={crossover[k]}, measured from B={measured}")
     line, facts = summary(rows, batches)
+    low, high = facts["control_vs_plain"]
+    print(f"control: a second plain server in every cell, against the first: {low:.2f}x to {high:.2f}x "
+          "(the run's own noise: a ratio this close to a bound does not settle it)")
     within = facts["adaptive_vs_best_static_within_plain_gemms"]
     held = [r for r in within.values() if r is not None]
     none = [cell for cell, r in within.items() if r is None]

@@ -50,3 +50,20 @@ def test_priced_needs_a_saved_table():
     ran = subprocess.run([sys.executable, str(ROOT / "bench" / "load.py"), "--quick", "--priced"],
                          capture_output=True, text=True, timeout=60)
     assert ran.returncode == 2 and "--priced needs --cost FILE" in ran.stderr
+
+
+def test_the_control_does_the_plain_servers_work_step_for_step():
+    """The negative control is plain decoding again: the same requests give it the same tokens,
+    steps and gemms as the first plain server, so what tells the two apart is the machine."""
+    from tinyllm.serve import CostTable, Policy
+
+    model, work = load.tiny_workloads(8, 8)
+    pool = load.warm_pool(model, work, 4)
+    free = pool.num_free()
+    cost = CostTable((1e-3, 2e-3), 1e-4, 1e-4, 1e-5)
+    ran = load.run_cells(model, pool, cost, [("off", Policy("off")), (load.CONTROL, Policy("off"))],
+                         work.prompts["code-edit"], 4, 8, work.eos, 32, warm=1)
+    plain, control = ran["off"], ran[load.CONTROL]
+    assert plain.emitted >= 32 and pool.num_free() == free
+    assert (control.tokens, control.emitted, control.blocks, control.steps, control.predicted) == \
+        (plain.tokens, plain.emitted, plain.blocks, plain.steps, plain.predicted)
