@@ -16,9 +16,9 @@ Policies: plain batched decoding (``off``), static k in 2, 4, 8, 15, and ``adapt
 rule on a cost table profiled at start at the cells' context, ``tinyllm.serve.profile``), and a
 negative control: ``control``, a second plain server in every cell, whose ratio to the first is
 the run's own noise (the two do the same work; a ratio within that spread of a bound does not
-settle it). Every request's prompt ends with a few filler words so that requests start at different gemm slots
-(``p % 16``; the fillers reach 14 of the 16); every prompt's full blocks are computed once and
-pinned in the prefix index, so a request feeds only the last block of its prompt.
+settle it). Every request's prompt ends with a few filler words so that requests start at
+different gemm slots (``p % 16``; the fillers reach 14 of the 16); every prompt's full blocks are
+computed once and pinned in the prefix index, so a request feeds only the last block of its prompt.
 
 Per cell: tokens/s (the median over repeats; each ratio is the median of the ratios measured in
 one repeat) in CPU seconds of this process (one thread: on a core of its own that is wall-clock
@@ -84,6 +84,7 @@ LENGTHS = (1.0, 0.5, 1.5, 0.75, 1.25)  # output budgets over max_new: mean 1
 STATIC = (2, 4, 8, 15)
 POLICIES = [Policy("off")] + [Policy("static", k) for k in STATIC] + [Policy("adaptive")]
 CONTROL = "control"  # a second plain server in every cell: its ratio to the first is the run's own noise
+SERVERS = [(str(p), p) for p in POLICIES] + [(CONTROL, Policy("off"))]  # each cell's servers, by label
 FILLER = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar "
           "papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
 
@@ -178,7 +179,7 @@ def warm_pool(model, work: Workloads, batch: int):
     prompts = list({tuple(p): p for ps in work.prompts.values() for p in ps}.values())
     per_request = -(-(max(len(p) for p in prompts) + work.max_new) // BLOCK_TOKENS)
     pinned = sum(len(p) // BLOCK_TOKENS for p in prompts)
-    pool = model.new_pool(pinned + ((len(POLICIES) + 1) * batch + len(prompts)) * per_request, BLOCK_TOKENS)
+    pool = model.new_pool(pinned + (len(SERVERS) * batch + len(prompts)) * per_request, BLOCK_TOKENS)
     firsts = [ps[0] for ps in work.prompts.values()]
     for wave in (firsts, [p for p in prompts if p not in firsts]):
         server = Server(model, pool, Policy("off"), max_batch=max(1, len(wave)), prefix_cache=True)
@@ -200,10 +201,9 @@ class Run:
     of the cell's figures. Waiting for given requests instead could outlast the queue: a request
     the policy seldom drafts for takes a step a token while the others run through it."""
 
-    def __init__(self, model, pool, cost: CostTable, policy: Policy, prompts: list[list[int]], batch: int,
-                 max_new: int, eos: list[int], warm: int = 0, label: str = "") -> None:
-        self.policy, self.batch, self.warm = policy, batch, warm
-        self.label = label or str(policy)
+    def __init__(self, model, pool, cost: CostTable, label: str, policy: Policy, prompts: list[list[int]],
+                 batch: int, max_new: int, eos: list[int], warm: int = 0) -> None:
+        self.label, self.policy, self.batch, self.warm = label, policy, batch, warm
         self.counting = warm == 0
         self.warmed: set[int] = set()
         self.server = Server(model, pool, policy, max_batch=batch, cost=cost, prefix_cache=True)
@@ -256,7 +256,7 @@ def run_cells(model, pool, cost: CostTable, policies: list[tuple[str, Policy]], 
     cancelled (their blocks given back; their output so far is checked like the rest): a drain,
     fewer than B requests left, is no longer concurrency B."""
     free = pool.num_free()
-    runs = [Run(model, pool, cost, policy, prompts, batch, max_new, eos, warm, label) for label, policy in policies]
+    runs = [Run(model, pool, cost, label, policy, prompts, batch, max_new, eos, warm) for label, policy in policies]
     while any(run.emitted < target for run in runs):
         for run in runs:
             if run.emitted < target:
@@ -309,11 +309,10 @@ def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloa
         for b in batches:
             for name in workloads:
                 requests, max_new, target = loads[name]
-                labelled = [(str(p), p) for p in POLICIES] + [(CONTROL, Policy("off"))]
-                order = labelled[rep % len(labelled):] + labelled[:rep % len(labelled)]
+                order = SERVERS[rep % len(SERVERS):] + SERVERS[:rep % len(SERVERS)]
                 ran = run_cells(model, pool, cost, order, requests(b), b, max_new, work.eos, target(b),
                                 0 if name == "shift" else warm(b))
-                for label, _ in labelled:
+                for label, _ in SERVERS:
                     cells.setdefault((name, b, label), []).append(ran[label])
     return cells
 
