@@ -234,7 +234,7 @@ class Run:
         self.emitted += report.emitted
         self.steps += 1
         self.predicted += cost.step_seconds(report.blocks, report.rows, len(report.ks),
-                                            sum(k > 0 for k in report.ks.values()))
+                                            self.server.drafter_calls(report))
 
     def cell(self, prompts: list[list[int]]) -> Cell:
         every = self.server.results

@@ -15,10 +15,11 @@ import pytest
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams
-from tinyllm.serve import (BANK_LIMIT, BANK_RATE, EXPLORE, FADE, MAX_DRAFT, PRIOR, Acceptance, Bank, CostTable, Lane,
-                           Policy, Request, Server, adaptive_ks, choose_ks, expected_tokens, faded, fed_positions,
-                           gemm_blocks, goodput, lookup_drafter, observe, profile, trim, widen)
-from tinyllm.spec import Generated, SpecConfig, SpecError, SpecStats, generate
+from tinyllm.serve import (BANK_LIMIT, BANK_RATE, EXPLORE, FADE, MATCHES, MAX_DRAFT, POOL_WEIGHT, PRIOR, Acceptance,
+                           Bank, CostTable, Lane, Policy, Request, Server, adaptive_ks, choose_ks, expected_tokens,
+                           faded, fed_positions, gemm_blocks, goodput, lookup_drafter, lookup_match, observe, profile,
+                           trim, widen)
+from tinyllm.spec import Generated, SpecConfig, SpecError, SpecStats, generate, prompt_lookup
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "fixtures" / "model" / "tiny_llama.npz"
 GREEDY = SamplingParams()
@@ -43,6 +44,12 @@ def tiny():
 def small():
     """A random one-layer llama: the leak test's 1,000 requests in seconds."""
     return TinyLlama.random(LlamaConfig(vocab=32, dim=16, n_layers=1, n_heads=2, n_kv_heads=1, hidden=24), 3)
+
+
+def blind(ctx, k):
+    """The default drafter's drafts without its match length: the adaptive policy then keeps one
+    estimate for every draft."""
+    return prompt_lookup(ctx, k, 3, 1)
 
 
 def alone(model, prompt, k, params=GREEDY, seed=0, max_new=40, eos=()):
@@ -280,7 +287,7 @@ def test_a_quiet_low_estimate_fades_up_to_the_pool(tiny):
     assert faded([0.1, 0.9], [0.5, 0.5], 0) == [0.1, 0.9]
     low, high = faded([0.1, 0.9], [0.5, 0.5], 2)
     assert low == pytest.approx(0.1 + 0.4 * (1 - FADE ** 2)) and high == 0.9
-    server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=COST)
+    server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=COST, drafter=blind)
     server.submit(list(TEXTS[1].encode()), max_new=8)
     server._admit()
     r = server.running[0]
@@ -292,7 +299,7 @@ def test_a_quiet_low_estimate_fades_up_to_the_pool(tiny):
 def test_until_it_first_drafts_a_request_follows_the_pool(tiny):
     """Under adaptive, a request that has not drafted yet is read at the pool as it stands, not
     at the copy taken when it was admitted; when it first drafts, its estimate restarts there."""
-    server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=COST)
+    server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=COST, drafter=blind)
     server.submit(list(TEXTS[1].encode()), max_new=8)
     server._admit()
     r = server.running[0]
@@ -304,6 +311,66 @@ def test_until_it_first_drafts_a_request_follows_the_pool(tiny):
     assert report.ks[r.rid] > 0, "a request whose pool is sure drafts"
     drafted, accepted = r.out.stats.drafted, r.out.stats.accepted
     assert r.estimate.rates == observe([0.99] * MAX_DRAFT, drafted, accepted)
+
+
+def test_lookup_match_is_the_lookup_with_the_length_it_matched():
+    """The draft is L10.8's lookup for every k, whether or not the context was looked up before;
+    the length is the longest n-gram that matched, 0 for none."""
+    rng = random.Random(5)
+    for _ in range(200):
+        ctx = [rng.randrange(6) for _ in range(rng.randrange(1, 40))]
+        for k in (0, 1, 4, MAX_DRAFT):
+            n, draft = lookup_match(ctx, k)
+            assert draft == prompt_lookup(ctx, k, 3, 1) == lookup_drafter(ctx, k)
+            assert n == next((m for m in MATCHES if prompt_lookup(ctx, 1, m, m)), 0)
+    assert lookup_match([1, 2, 3, 9, 1, 2, 3], 2) == (3, [9, 1])
+    assert lookup_match([1, 2, 3, 9, 5, 2, 3], 2) == (2, [9, 5])
+    assert lookup_match([1, 2, 3], 2) == (0, [])
+
+
+def test_adaptive_reads_the_estimate_of_the_length_its_lookup_matched(tiny):
+    """With the default drafter a request's lane holds the estimate of its lookup's match length
+    (the pool's, until it has drafted after one of that length) and its draft's length as cap;
+    the rounds it drafts move that length's estimates only, its own by WEIGHT and the pool's by
+    POOL_WEIGHT, and the one estimate of every draft as before."""
+    server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=CHEAP)
+    server.submit(list(TEXTS[0].encode()), max_new=30)
+    server.step()  # the prompt
+    r = server.running[0]
+    n, draft = lookup_match(r.prompt + r.out.tokens, MAX_DRAFT)
+    assert n in MATCHES
+    server.pooled_matched[n].rates = [0.99] * MAX_DRAFT
+    others = {m: [0.05 * m] * MAX_DRAFT for m in MATCHES if m != n}
+    for m, rates in others.items():
+        server.pooled_matched[m].rates = list(rates)
+    lane = server._lanes()[0]
+    assert lane.rates == [0.99] * MAX_DRAFT and lane.cap == len(draft)
+    blind_before = list(r.estimate.rates)
+    report = server.step()
+    k = report.ks[r.rid]
+    assert k > 0, "a request whose match length's pool is sure drafts"
+    accepted = r.out.stats.accepted
+    server._lanes()  # the round is settled at the next look
+    assert r.matched[n].rates == observe([0.99] * MAX_DRAFT, k, accepted)
+    assert server.pooled_matched[n].rates == observe([0.99] * MAX_DRAFT, k, accepted, POOL_WEIGHT)
+    assert {m: server.pooled_matched[m].rates for m in others} == others and set(r.matched) == {n}
+    assert r.estimate.rates == observe(blind_before, k, accepted)
+    settled = dict(r.matched[n].__dict__)
+    server._lanes()  # a second look in one step counts nothing twice
+    assert r.matched[n].__dict__ == settled
+
+
+def test_a_request_whose_lookup_finds_nothing_drafts_nothing(tiny):
+    """No match, no draft: the lane's cap is 0 whatever the estimates say."""
+    server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=CHEAP)
+    for m in MATCHES:
+        server.pooled_matched[m].rates = [0.99] * MAX_DRAFT
+    server.submit([5, 6], max_new=4)
+    server._admit()
+    server.running[0].out.tokens.append(4)  # as if its first round had emitted a token seen nowhere before
+    assert lookup_match([5, 6, 4], MAX_DRAFT) == (0, [])
+    lanes = server._lanes()
+    assert lanes[0].cap == 0 and choose_ks(server.policy, lanes, server.cost) == [0]
 
 
 def test_a_new_request_starts_from_the_pooled_estimate(tiny):
