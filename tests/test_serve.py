@@ -15,7 +15,7 @@ import pytest
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams
-from tinyllm.serve import (BANK_LIMIT, BANK_RATE, EXPLORE, FADE, MATCHES, MAX_DRAFT, POOL_WEIGHT, PRIOR, Acceptance,
+from tinyllm.serve import (BANK_LIMIT, BANK_RATE, EXPLORE, FADE, MATCHES, MAX_DRAFT, PRIOR, Acceptance,
                            Bank, CostTable, Lane, Policy, Request, Server, adaptive_ks, choose_ks, expected_tokens,
                            faded, fed_positions, gemm_blocks, goodput, lookup_drafter, lookup_match, observe, profile,
                            trim, widen)
@@ -332,7 +332,7 @@ def test_adaptive_reads_the_estimate_of_the_length_its_lookup_matched(tiny):
     """With the default drafter a request's lane holds the estimate of its lookup's match length
     (the pool's, until it has drafted after one of that length) and its draft's length as cap;
     the rounds it drafts move that length's estimates only, its own by WEIGHT and the pool's by
-    POOL_WEIGHT, and the one estimate of every draft as before."""
+    1 / (rounds + 1) until that is POOL_WEIGHT, and the one estimate of every draft as before."""
     server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=CHEAP)
     server.submit(list(TEXTS[0].encode()), max_new=30)
     server.step()  # the prompt
@@ -352,7 +352,9 @@ def test_adaptive_reads_the_estimate_of_the_length_its_lookup_matched(tiny):
     accepted = r.out.stats.accepted
     server._lanes()  # the round is settled at the next look
     assert r.matched[n].rates == observe([0.99] * MAX_DRAFT, k, accepted)
-    assert server.pooled_matched[n].rates == observe([0.99] * MAX_DRAFT, k, accepted, POOL_WEIGHT)
+    # the prior counts as one round: the length's first round moves its pool half way
+    assert server.pooled_matched[n].rates == observe([0.99] * MAX_DRAFT, k, accepted, 0.5)
+    assert server.matched_rounds == {m: int(m == n) for m in MATCHES}
     assert {m: server.pooled_matched[m].rates for m in others} == others and set(r.matched) == {n}
     assert r.estimate.rates == observe(blind_before, k, accepted)
     settled = dict(r.matched[n].__dict__)
@@ -363,6 +365,7 @@ def test_adaptive_reads_the_estimate_of_the_length_its_lookup_matched(tiny):
 def test_a_request_whose_lookup_finds_nothing_drafts_nothing(tiny):
     """No match, no draft: the lane's cap is 0 whatever the estimates say."""
     server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=CHEAP)
+    server.pooled.rates = [0.99] * MAX_DRAFT
     for m in MATCHES:
         server.pooled_matched[m].rates = [0.99] * MAX_DRAFT
     server.submit([5, 6], max_new=4)

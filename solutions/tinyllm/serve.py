@@ -525,6 +525,7 @@ class Server:
         # quiet one fades to (faded); with a request's own WEIGHT, one request's bad run would be the prior
         self.pooled = Acceptance(weight=POOL_WEIGHT)
         self.pooled_matched = {n: Acceptance(weight=POOL_WEIGHT) for n in MATCHES}  # the same, by match length
+        self.matched_rounds = dict.fromkeys(MATCHES, 0)  # rounds each length's pool has seen (Server._settle)
         self._unsettled: list[Request] = []
         self.looked_up = 0  # requests whose draft the adaptive policy looked up this step (Server._lanes)
         self.bank = Bank()
@@ -641,7 +642,10 @@ class Server:
             if r.match not in r.matched:
                 r.matched[r.match] = Acceptance(list(self.pooled_matched[r.match].rates))
             r.matched[r.match].update(drafted, accepted)
-            self.pooled_matched[r.match].update(drafted, accepted)
+            # the prior counts as one round: a length the traffic seldom matches learns from its first rounds
+            seen = self.matched_rounds[r.match] = self.matched_rounds[r.match] + 1
+            pool = self.pooled_matched[r.match]
+            pool.rates = observe(pool.rates, drafted, accepted, max(POOL_WEIGHT, 1 / (seen + 1)))
 
     def drafter_calls(self, report: StepReport) -> int:
         """The lookups the step made: one per request that drafted, and where the adaptive policy
