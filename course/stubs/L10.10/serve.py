@@ -535,17 +535,19 @@ class Server:
         the pool's (:meth:`_settle`), with ``cap`` the draft's length: one estimate for every
         draft would average drafts that are nearly always right with drafts that are nearly
         always wrong. ``off`` and static ``k`` draft as L10.8's loop does."""
+        def room(r: Request) -> int:  # the longest draft its budget leaves
+            return min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1)
+
         if self.policy.kind != "adaptive":
-            return [Lane(r.cached, len(r.pending), min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1), r.estimate.rates)
-                    for r in self.running]
+            return [Lane(r.cached, len(r.pending), room(r), r.estimate.rates) for r in self.running]
         if self.drafter is not lookup_drafter:
-            return [Lane(r.cached, len(r.pending), min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1) if r.out.tokens else 0,
+            return [Lane(r.cached, len(r.pending), room(r) if r.out.tokens else 0,
                          faded(r.estimate.rates, self.pooled.rates, r.quiet) if r.out.stats.drafted else self.pooled.rates)
                     for r in self.running]
         self._settle()
         lanes, self.looked_up = [], 0
         for r in self.running:
-            cap = min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1) if r.out.tokens else 0
+            cap = room(r) if r.out.tokens else 0
             r.match, draft = lookup_match(r.prompt + r.out.tokens, cap) if cap > 0 else (0, [])
             self.looked_up += cap > 0
             pooled = self.pooled_matched[r.match].rates if r.match else self.pooled.rates
