@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .kvpool import KvPool
-from .model import GEMM_ROWS, TinyLlama, gemm_rows
+from .model import GEMM_ROWS, TinyLlama
 from .sampling import SamplingParams, stream
 from .spec import Generated, SpecError, SpecStats, blocks_for, prompt_lookup, rollback, verify_draft
 
@@ -143,11 +143,9 @@ def expected_tokens(rates: Sequence[float], k: int) -> float:
 
 def gemm_blocks(positions: Sequence[int]) -> int:
     """16-row gemms a forward of rows at these positions runs: the most rows sharing one slot
-    ``p % 16`` (the model's :func:`gemm_rows` puts same-slot rows in successive gemms)."""
+    ``p % 16`` (:func:`slot_rows`; the model's ``gemm_rows`` puts same-slot rows in successive gemms)."""
     # BEGIN SOLUTION
-    if not positions:
-        return 0
-    return int(gemm_rows([p % GEMM_ROWS for p in positions]).max()) // GEMM_ROWS + 1
+    return max(slot_rows(positions)) if positions else 0
     # END SOLUTION
 
 
@@ -390,27 +388,30 @@ def widen(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable, gemms: int,
     if gemms < 1:
         return out
     used = slot_rows(fed_positions(lanes, out))
-    best = goodput(lanes, out, cost)
-    surv = [survival(lane.rates, lane.cap) for lane in lanes]
+    # goodput, priced as rows are added: each adds its survival to the expected tokens
+    tokens, rows = sum(expected_tokens(lane.rates, k) for lane, k in zip(lanes, out)), sum(used)
+    best = tokens / cost.step_seconds(max(used), rows, len(lanes), sum(k > 0 for k in out))
+    # the draft rows past ks that pay for their row at this goodput, likeliest first, with their
+    # slots; best only rises, so a row left out now stays out
+    rows_past = []
+    for i, lane in enumerate(lanes):
+        for m, s in enumerate(survival(lane.rates, lane.cap)[out[i]:], start=out[i] + 1):
+            if s <= best * (cost.row_seconds + (cost.draft_seconds if m == 1 else 0.0)):
+                break
+            rows_past.append((s, i, m, (lane.start + lane.fixed + m - 1) % GEMM_ROWS))
+    rows_past.sort(key=lambda c: (-c[0], c[1], c[2]))
     for cap in range(max(used) + 1, max(used) + 1 + gemms):
-        slots = []
-        for i, row in enumerate(surv):
-            for m, s in enumerate(row, start=1):
-                if m <= out[i]:
-                    continue
-                if s <= best * (cost.row_seconds + (cost.draft_seconds if m == 1 else 0.0)):
-                    break
-                slots.append((s, i, m))
         trial, room, added = list(out), list(used), 0.0
-        for s, i, m in sorted(slots, key=lambda c: (-c[0], c[1], c[2])):
-            slot = (lanes[i].start + lanes[i].fixed + m - 1) % GEMM_ROWS
-            if trial[i] == m - 1 and room[slot] < cap:
+        for s, i, m, slot in rows_past:
+            if (trial[i] == m - 1 and room[slot] < cap
+                    and s > best * (cost.row_seconds + (cost.draft_seconds if m == 1 else 0.0))):
                 room[slot] += 1
                 trial[i], added = m, added + s
-        wider = goodput(lanes, trial, cost)
+        fed = rows + sum(trial) - sum(out)
+        wider = (tokens + added) / cost.step_seconds(max(room), fed, len(lanes), sum(k > 0 for k in trial))
         if added < per_gemm or wider <= best:
             break
-        out, used, best = trial, room, wider
+        out, used, best, tokens, rows = trial, room, wider, tokens + added, fed
     return out
 
 
@@ -421,23 +422,26 @@ def trim(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable) -> list[int]
     feeds rows alone (``cost.rows_alone``): there the 17th row of a pass opens a gemm wherever it
     sits, which the slot rule of :func:`adaptive_ks` prices as one row."""
     out = list(ks)
-    if not cost.rows_alone:
-        return out
     fixed = sum(lane.fixed for lane in lanes)
-    best, trial = goodput(lanes, out, cost), list(out)
+    if not cost.rows_alone or -(-(fixed + sum(out)) // GEMM_ROWS) == -(-fixed // GEMM_ROWS):
+        return out  # no gemm to take back: the fixed rows need every one the pass runs
     # Survival never rises along a draft, so the unlikeliest row left is always some request's last:
     # every draft row, the order they are taken back in (ties: the later request, its later token).
     order = sorted(((s, -i, -m, i) for i, (lane, k) in enumerate(zip(lanes, out))
                     for m, s in enumerate(survival(lane.rates, k), start=1)))
-    taken = 0
+    # goodput, priced as rows are taken back: each takes its survival from the expected tokens, and
+    # with rows fed alone the pass's seconds follow from its rows and drafting requests
+    tokens, rows = sum(expected_tokens(lane.rates, k) for lane, k in zip(lanes, out)), fixed + sum(out)
+    trial, taken = list(out), 0
+    best = tokens / cost.step_seconds(0, rows, len(lanes), sum(k > 0 for k in out))
     while True:
-        fewer = (-(-(fixed + sum(trial)) // GEMM_ROWS) - 1) * GEMM_ROWS  # the rows one gemm fewer holds
-        if fewer < fixed or not any(trial):
+        fewer = (-(-rows // GEMM_ROWS) - 1) * GEMM_ROWS  # the rows one gemm fewer holds
+        if fewer < fixed or rows == fixed:
             return out
-        while fixed + sum(trial) > fewer:
-            trial[order[taken][3]] -= 1
-            taken += 1
-        value = goodput(lanes, trial, cost)
+        while rows > fewer:
+            s, _, _, i = order[taken]
+            trial[i], tokens, rows, taken = trial[i] - 1, tokens - s, rows - 1, taken + 1
+        value = tokens / cost.step_seconds(0, rows, len(lanes), sum(k > 0 for k in trial))
         if value > best:
             out, best = list(trial), value
 
@@ -527,6 +531,7 @@ class Server:
         self.pooled_matched = {n: Acceptance(weight=POOL_WEIGHT) for n in MATCHES}  # the same, by match length
         self.matched_rounds = dict.fromkeys(MATCHES, 0)  # rounds each length's pool has seen (Server._settle)
         self._unsettled: list[Request] = []
+        self._seen: tuple[tuple, tuple[Lane, ...]] = ((), ())  # the last lanes _lanes gave, and the state read at
         self.looked_up = 0  # requests whose draft the adaptive policy looked up this step (Server._lanes)
         self.bank = Bank()
         self._reserved = 0
@@ -614,9 +619,11 @@ class Server:
         if self.policy.kind != "adaptive":
             return [Lane(r.cached, len(r.pending), room(r), r.estimate.rates) for r in self.running]
         if self.drafter is not lookup_drafter:
-            return [Lane(r.cached, len(r.pending), room(r) if r.out.tokens else 0,
-                         faded(r.estimate.rates, self.pooled.rates, r.quiet) if r.out.stats.drafted else self.pooled.rates)
-                    for r in self.running]
+            lanes = [Lane(r.cached, len(r.pending), room(r) if r.out.tokens else 0,
+                          faded(r.estimate.rates, self.pooled.rates, r.quiet) if r.out.stats.drafted else self.pooled.rates)
+                     for r in self.running]
+            self._seen = (self._state(), tuple(lanes))
+            return lanes
         self._settle()
         lanes, self.looked_up = [], 0
         for r in self.running:
@@ -628,7 +635,12 @@ class Server:
             lanes.append(Lane(r.cached, len(r.pending), len(draft),
                               faded(mine.rates, pooled, r.quiet) if mine else pooled))
         self._unsettled = list(self.running)
+        self._seen = (self._state(), tuple(lanes))  # a copy: what choose_ks does to its list stays there
         return lanes
+
+    def _state(self) -> tuple[tuple[int, int], ...]:
+        """Which requests run and how far each has come: a step changes it for every one."""
+        return tuple((r.rid, len(r.out.tokens)) for r in self.running)
 
     def _settle(self) -> None:
         """The rounds drafted since the last look, each into the estimates of the match length its
@@ -673,7 +685,8 @@ class Server:
         without paying for it, where rows are fed alone."""
         if self.policy.kind != "adaptive":
             return ks
-        lanes = self._lanes()
+        # the lanes k was chosen from, where the step asked for them (a second look costs the lookups again)
+        lanes = list(self._seen[1]) if self._seen[0] == self._state() else self._lanes()
         used = slot_rows(fed_positions(lanes, ks))
         paid = max(used)
         # rows fed alone: a row is free only while the paid gemms have room (the 17th opens one)
