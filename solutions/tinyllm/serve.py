@@ -145,7 +145,7 @@ def gemm_blocks(positions: Sequence[int]) -> int:
     """16-row gemms a forward of rows at these positions runs: the most rows sharing one slot
     ``p % 16`` (:func:`slot_rows`; the model's ``gemm_rows`` puts same-slot rows in successive gemms)."""
     # BEGIN SOLUTION
-    return max(slot_rows(positions)) if positions else 0
+    return max(slot_rows(positions))  # 0 for no rows: every slot holds none
     # END SOLUTION
 
 
