@@ -362,6 +362,27 @@ def test_adaptive_reads_the_estimate_of_the_length_its_lookup_matched(tiny):
     assert r.matched[n].__dict__ == settled
 
 
+def test_explore_looks_again_only_where_the_state_moved(tiny):
+    """A step looks its requests up once: _explore takes the lanes its choose_ks was given. Once
+    the requests have moved on (every running request emits in every step), it looks again."""
+    server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=CHEAP)
+    for text in TEXTS[:3]:
+        server.submit(list(text.encode()), max_new=60)
+    looks = []
+    look = server._lanes
+    server._lanes = lambda: looks.append(server._state()) or look()
+    for _ in range(3):
+        before = len(looks)
+        server.step()
+        assert len(looks) == before + 1, "one look a step"
+    assert len(server.running) == 3, "the same requests still run: only how far they have come moved"
+    ks = [1] * len(server.running)
+    server._explore(ks)  # no look since the last step moved every request: it must look again
+    assert len(looks) == 4 and looks[-1] == server._state() != looks[-2]
+    server._explore(ks)  # the same state: the lanes it just read
+    assert len(looks) == 4
+
+
 def test_a_request_whose_lookup_finds_nothing_drafts_nothing(tiny):
     """No match, no draft: the lane's cap is 0 whatever the estimates say."""
     server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=CHEAP)
