@@ -338,15 +338,15 @@ def widen(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable, gemms: int,
     rows_past = []
     for i, lane in enumerate(lanes):
         for m, s in enumerate(survival(lane.rates, lane.cap)[out[i]:], start=out[i] + 1):
-            if s <= best * (cost.row_seconds + (cost.draft_seconds if m == 1 else 0.0)):
+            extra = cost.row_seconds + (cost.draft_seconds if m == 1 else 0.0)
+            if s <= best * extra:
                 break
-            rows_past.append((s, i, m, (lane.start + lane.fixed + m - 1) % GEMM_ROWS))
+            rows_past.append((s, i, m, (lane.start + lane.fixed + m - 1) % GEMM_ROWS, extra))
     rows_past.sort(key=lambda c: (-c[0], c[1], c[2]))
     for cap in range(max(used) + 1, max(used) + 1 + gemms):
         trial, room, added = list(out), list(used), 0.0
-        for s, i, m, slot in rows_past:
-            if (trial[i] == m - 1 and room[slot] < cap
-                    and s > best * (cost.row_seconds + (cost.draft_seconds if m == 1 else 0.0))):
+        for s, i, m, slot, extra in rows_past:
+            if trial[i] == m - 1 and room[slot] < cap and s > best * extra:
                 room[slot] += 1
                 trial[i], added = m, added + s
         fed = rows + sum(trial) - sum(out)
@@ -551,19 +551,18 @@ class Server:
             lanes = [Lane(r.cached, len(r.pending), room(r) if r.out.tokens else 0,
                           faded(r.estimate.rates, self.pooled.rates, r.quiet) if r.out.stats.drafted else self.pooled.rates)
                      for r in self.running]
-            self._seen = (self._state(), tuple(lanes))
-            return lanes
-        self._settle()
-        lanes, self.looked_up = [], 0
-        for r in self.running:
-            cap = room(r) if r.out.tokens else 0
-            r.match, draft = lookup_match(r.prompt + r.out.tokens, cap) if cap > 0 else (0, [])
-            self.looked_up += cap > 0
-            pooled = self.pooled_matched[r.match].rates if r.match else self.pooled.rates
-            mine = r.matched.get(r.match)
-            lanes.append(Lane(r.cached, len(r.pending), len(draft),
-                              faded(mine.rates, pooled, r.quiet) if mine else pooled))
-        self._unsettled = list(self.running)
+        else:
+            self._settle()
+            lanes, self.looked_up = [], 0
+            for r in self.running:
+                cap = room(r) if r.out.tokens else 0
+                r.match, draft = lookup_match(r.prompt + r.out.tokens, cap) if cap > 0 else (0, [])
+                self.looked_up += cap > 0
+                pooled = self.pooled_matched[r.match].rates if r.match else self.pooled.rates
+                mine = r.matched.get(r.match)
+                lanes.append(Lane(r.cached, len(r.pending), len(draft),
+                                  faded(mine.rates, pooled, r.quiet) if mine else pooled))
+            self._unsettled = list(self.running)
         self._seen = (self._state(), tuple(lanes))  # a copy: what choose_ks does to its list stays there
         return lanes
 
