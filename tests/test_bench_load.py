@@ -1,5 +1,5 @@
 """``bench/load.py``'s saved cost tables (``--cost``, ``--priced``): read back as written, and a bad
-file or a priced run without one refused by name."""
+file or a priced run without one refused by name; its negative control; its summary's ratios."""
 
 import importlib.util
 import json
@@ -67,3 +67,19 @@ def test_the_control_does_the_plain_servers_work_step_for_step():
     assert plain.emitted >= 32 and pool.num_free() == free
     assert (control.tokens, control.emitted, control.blocks, control.steps, control.predicted) == \
         (plain.tokens, plain.emitted, plain.blocks, plain.steps, plain.predicted)
+
+
+def test_adaptive_against_the_fastest_static_k_is_paired_by_repeat():
+    """The summary's ``adaptive vs best static`` is, as every ratio of the bench, the median of the
+    ratios measured in one repeat: adaptive's slow first repeat is not set against k=4's median
+    repeat. The fastest static k is the one with the most tokens/s over repeats (k=4 here)."""
+    repeats = {"off": [50, 25, 75], "k=2": [80, 40, 120], "k=4": [100, 50, 150], "k=8": [90, 45, 135],
+               "k=15": [70, 35, 105], "adaptive": [60, 57, 140], load.CONTROL: [50, 25, 75]}
+    rows = [{"workload": "code-edit", "B": 1, "policy": policy, "tokens_per_s": sorted(tps)[1],
+             "tokens_per_s_repeats": tps, "vs_plain": sorted(a / p for a, p in zip(tps, repeats["off"]))[1],
+             "blocks_per_token": 1.0 if policy in ("off", load.CONTROL) else 0.5}
+            for policy, tps in repeats.items()]
+    line, facts = load.summary(rows, [1])
+    assert facts["adaptive_vs_best_static_min"] == pytest.approx(140 / 150)  # ratios 0.6, 1.14, 0.93
+    assert facts["adaptive_vs_best_static_within_plain_gemms"] == {"code-edit B=1": pytest.approx(140 / 150)}
+    assert "adaptive vs best static min 0.93x" in line
