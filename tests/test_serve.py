@@ -235,6 +235,21 @@ def test_widen_opens_a_gemm_only_where_it_pays():
     assert widen(full, [0] * 16, COST, 1, 1.0) == [0] * 16
 
 
+def test_a_full_bank_spends_a_gemm_for_goodput_alone(tiny):
+    """Sixteen requests fill a gemm; a second, almost free, would hold one draft row each for 12.8
+    expected tokens, fewer than a banked gemm must buy (plain decoding's 16 over BANK_RATE). Short
+    of full, the bank keeps its gemms; full, it would keep none of what this step saves, so one
+    gemm opens because the wider pass has the higher goodput."""
+    for balance, ks in ((BANK_LIMIT - 0.5, [0] * 16), (BANK_LIMIT, [1] * 16)):
+        server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), max_batch=16, cost=CHEAP)
+        for _ in range(16):
+            server.submit([1, 2, 3], max_new=8)
+        server._admit()
+        server._seen = (server._state(), tuple(Lane(p, 1, 15, [0.8] * MAX_DRAFT) for p in range(32, 48)))
+        server.bank.balance = balance
+        assert server._explore([0] * 16) == ks, balance
+
+
 def test_rows_fed_alone_count_a_gemm_per_16_rows():
     """Where the model feeds its weights the pass's rows alone, a pass runs ceil(rows / 16) gemms
     wherever its rows sit; where rows sit at their slots, the fullest slot's count."""

@@ -609,7 +609,9 @@ class Server:
 
         The bank: ``adaptive_ks`` never adds a gemm, so its drafts save gemms against plain
         decoding. Those savings (:class:`Bank`) pay for whole gemms more, :func:`widen`, while a
-        wider pass has the higher goodput. Last, :func:`trim` takes back rows that open a gemm
+        wider pass has the higher goodput. A full bank keeps nothing a step saves: then, where no
+        gemm was opened, one banked gemm goes to the wider pass with the higher goodput, however
+        few tokens it adds. Last, :func:`trim` takes back rows that open a gemm
         without paying for it, where rows are fed alone."""
         if self.policy.kind != "adaptive":
             return ks
@@ -630,6 +632,9 @@ class Server:
         self.bank.settle(self.running)
         self.bank.rate = gemm_blocks(fed_positions(lanes, [0] * len(lanes))) / len(lanes)
         out = widen(lanes, out, self.cost, max(0, int(self.bank.balance)), 1 / (BANK_RATE * self.bank.rate))
+        if self.bank.balance >= BANK_LIMIT and gemm_blocks(fed_positions(lanes, out)) == paid:
+            # a full bank keeps none of what this step saves: one banked gemm goes where goodput alone says
+            out = widen(lanes, out, self.cost, 1, 0.0)
         out = trim(lanes, out, self.cost)
         for r, k in zip(self.running, out):
             r.quiet = 0 if k else r.quiet
