@@ -386,9 +386,9 @@ def summary(rows: list[dict], batches: list[int]) -> tuple[str, dict]:
     def over_fastest(name, b, ks):
         """Adaptive over the static k of ``ks`` with the most tokens/s (the median over repeats): the
         median of the two's ratios in one repeat, as every ratio here (a busy spell slows both)."""
-        fastest = ratio(name, b, f"k={max(ks, key=lambda k: ratio(name, b, f'k={k}')['tokens_per_s'])}")
-        return statistics.median(a / s for a, s in zip(ratio(name, b, "adaptive")["tokens_per_s_repeats"],
-                                                       fastest["tokens_per_s_repeats"]))
+        fastest = max(ks, key=lambda k: ratio(name, b, f"k={k}")["tokens_per_s"])
+        mine, theirs = (ratio(name, b, p)["tokens_per_s_repeats"] for p in ("adaptive", f"k={fastest}"))
+        return statistics.median(a / s for a, s in zip(mine, theirs))
 
     below = {}
     for k in STATIC:
