@@ -525,14 +525,28 @@ def conserved(seed: int, requests: int) -> dict:
     return {"served": served_count, "free at the end": server.pool.num_free(), "problems": problems}
 
 
+def ends_at_admission(policy: str) -> dict:
+    """One request with ``max_new = 0``, alone on a fresh server: what its one step reports."""
+    model = small()
+    server = Server(model, model.new_pool(16, 4), Policy.parse(policy), max_batch=2, cost=HAND_COST)
+    rid = server.submit([1, 2, 3], max_new=0)
+    report = server.step()
+    return {"finished": report.finished, "rows": report.rows, "result tokens": server.results[rid].tokens
+            if rid in server.results else None, "free blocks": server.pool.num_free(), "idle": server.idle()}
+
+
 def cases_blocks_conserved_under_load():
     rule = ("card 2.4: after every step a running request's table holds blocks_for(its cached positions); a "
             "request that ends gives back all its blocks in that step; nothing leaks; a StepReport's emitted is "
             "the tokens its step handed the listeners, its finished every request that ended in it (max_new = 0 at "
-            "admission too), and an idle server's step reports nothing")
+            "admission too, also when nothing runs after admission), and an idle server's step reports nothing")
     return [Case(f"seed {seed}", f"conserved({seed}, 334)   # conserved() in course/tests/test_l10_10.py",
                  lambda s=seed: conserved(s, 334), {"served": 333, "free at the end": 48, "problems": []}, rule)
-            for seed in (1, 2, 3)]
+            for seed in (1, 2, 3)] + [
+        Case(f"max_new = 0 alone, {policy}", f"ends_at_admission({policy!r})   # in course/tests/test_l10_10.py",
+             lambda policy=policy: ends_at_admission(policy),
+             {"finished": [0], "rows": 0, "result tokens": [], "free blocks": 16, "idle": True}, rule)
+        for policy in ("off", "adaptive")]
 
 
 def test_blocks_conserved_under_load():

@@ -119,10 +119,11 @@ class SuffixTreeDrafter:
     """Continuations of several earlier occurrences of the longest matching suffix, merged (2.2).
 
     For ``n`` from ``max_ngram`` down to ``min_ngram``, the first ``n`` whose suffix occurred
-    earlier decides: up to ``width`` occurrences, latest first, each continued by up to ``k``
-    tokens (running on into the suffix as prompt lookup does), are merged into a trie. A node's
-    count is how many continuations pass through it; the ``k`` nodes with the highest counts are
-    kept (ties to the node created first: the latest text), and children are ordered the same way.
+    earlier decides: up to ``width`` occurrences, latest first, each continued by up to the
+    budget ``min(self.k, k)`` tokens (running on into the suffix as prompt lookup does), are merged
+    into a trie. A node's count is how many continuations pass through it; the budget's worth of
+    nodes with the highest counts are kept (ties to the node created first: the latest text), and
+    children are ordered the same way.
     """
 
     k: int = 8
