@@ -76,6 +76,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from tinyllm.sampling import SamplingParams  # noqa: E402
 from tinyllm.serve import CostTable, Policy, Server, gemm_blocks, profile  # noqa: E402
+from tinyllm.smollm2 import RealModelMissing  # noqa: E402
 from display import finish_figure, print_table  # noqa: E402
 
 BLOCK_TOKENS = 16
@@ -488,7 +489,11 @@ def main() -> int:
     max_new, waves, repeats = settings[(args.model, args.quick)]
     repeats = 1 if args.priced else repeats  # a priced cell comes out the same every time
     load = tiny_workloads if args.model == "tiny" else smollm2_workloads
-    model, work = load(max(max(batches) * max(waves, 2), 2 * MIN_REQUESTS), max_new)
+    try:
+        model, work = load(max(max(batches) * max(waves, 2), 2 * MIN_REQUESTS), max_new)
+    except RealModelMissing as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     # Profiled at the context the cells run at: a request's attention grows with it.
     context = round(statistics.mean(len(p) for ps in work.prompts.values() for p in ps) + max_new / 2)
     cost = (saved_cost(args.cost, model.rows_alone) if args.cost else
