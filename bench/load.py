@@ -33,7 +33,8 @@ prefix of a longer); the script exits with status 1 if it is not.
 It prints the cost table (with its fit's largest error over the profiled passes), the crossover
 the table predicts for each static k (the first B where ``AL(k) * T(plain) / T(k)`` falls below 1;
 AL and the tokens drafted per pass from the B = 1 run, the gemms those of the cell's first B
-requests' slots) beside the measured one, and adaptive against the fastest static k that feeds
+requests' slots) beside the measured one and, what decides it once B is large, the request cost in
+rows under which that k is slower than plain decoding beside the table's, and adaptive against the fastest static k that feeds
 no more gemms per token than plain (the bound adaptive keeps; the cells where no static k keeps it
 are named), writes ``load.json`` and ``load.png`` to ``--out``, and ends with one line:
 
@@ -75,6 +76,7 @@ sys.path.insert(0, str(ROOT / "solutions"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from tinyllm.sampling import SamplingParams  # noqa: E402
+from tinyllm.model import GEMM_ROWS  # noqa: E402
 from tinyllm.serve import CostTable, Policy, Server, gemm_blocks, profile  # noqa: E402
 from tinyllm.smollm2 import RealModelMissing  # noqa: E402
 from display import finish_figure, print_table  # noqa: E402
@@ -356,6 +358,34 @@ def table(cells: dict[tuple, list[Cell]], batches: list[int]) -> list[dict]:
     return rows
 
 
+def first_passes(rows: list[dict], batches: list[int], k: int) -> tuple[float, float]:
+    """Static ``k`` on code-edit at the smallest B: tokens emitted and tokens drafted per pass."""
+    first = next(r for r in rows if r["workload"] == "code-edit" and r["B"] == batches[0] and r["policy"] == f"k={k}")
+    return first["tokens_per_pass"], first["drafted_per_pass"]
+
+
+def full_row(cost: CostTable) -> float:
+    """A row's seconds in a large pass: its own, plus its share of a full gemm (the table's further
+    gemm over 16 rows)."""
+    return cost.row_seconds + (cost.blocks(2) - cost.blocks(1)) / GEMM_ROWS
+
+
+def request_in_rows(cost: CostTable) -> float:
+    """A request's share of a step, in rows: what the crossover turns on once B is large."""
+    return cost.request_seconds / full_row(cost)
+
+
+def break_even_rows(cost: CostTable, al: float, d: float) -> float | None:
+    """The request cost, in rows, under which a static k that emits ``al`` tokens a pass and drafts
+    ``d`` is slower than plain decoding once B is large (the pass's own cost shared by many). Per
+    request, plain pays ``R + r`` a token and the static k ``(R + (1 + d) r + D) / al``, ``D`` its
+    drafter call, so it is slower where ``R < (r (1 + d - al) + D) / (al - 1)``. None where
+    ``al <= 1``: it is slower whatever a request costs."""
+    if al <= 1.0:
+        return None
+    return (1 + d - al + cost.draft_seconds / full_row(cost)) / (al - 1)
+
+
 def predicted_crossover(cost: CostTable, rows: list[dict], starts: list[int], batches: list[int]
                         ) -> dict[int, int | None]:
     """Per static k: the first B where ``AL(k) * T(plain) / T(k) < 1`` on code-edit. From the B = 1
@@ -365,9 +395,7 @@ def predicted_crossover(cost: CostTable, rows: list[dict], starts: list[int], ba
     feeds 1 row each, or 1 + d, in the gemms their slots give, priced by the cost table."""
     out = {}
     for k in STATIC:
-        first_b = next(r for r in rows if r["workload"] == "code-edit" and r["B"] == batches[0]
-                       and r["policy"] == f"k={k}")
-        al, d = first_b["tokens_per_pass"], first_b["drafted_per_pass"]
+        al, d = first_passes(rows, batches, k)
         out[k] = None
         for b in batches:
             first = starts[:b]
@@ -519,7 +547,11 @@ def main() -> int:
     for k in STATIC:
         measured = next((b for b in batches if next(r for r in rows if r["workload"] == "code-edit" and r["B"] == b
                                                     and r["policy"] == f"k={k}")["vs_plain"] < 1.0), None)
-        print(f"static k={k}: predicted below plain from B={crossover[k]}, measured from B={measured}")
+        below = break_even_rows(cost, *first_passes(rows, batches, k))
+        print(f"static k={k}: predicted below plain from B={crossover[k]}, measured from B={measured}; "
+              + ("as B grows, below plain whatever a request costs" if below is None else
+                 f"as B grows, below plain where a request costs under {below:.1f} rows "
+                 f"(this table's: {request_in_rows(cost):.1f})"))
     line, facts = summary(rows, batches)
     low, high = facts["control_vs_plain"]
     print(f"control: a second plain server in every cell, against the first: {low:.2f}x to {high:.2f}x "
@@ -537,7 +569,9 @@ def main() -> int:
               "repeats": repeats, "cost": {"block_seconds": cost.block_seconds, "row_seconds": cost.row_seconds,
                                            "request_seconds": cost.request_seconds,
                                            "draft_seconds": cost.draft_seconds, "fit_error": cost.fit_error},
-              "predicted_crossover": {str(k): v for k, v in crossover.items()}, "summary": facts,
+              "predicted_crossover": {str(k): v for k, v in crossover.items()},
+              "break_even_request_rows": {str(k): break_even_rows(cost, *first_passes(rows, batches, k)) for k in STATIC},
+              "request_in_rows": request_in_rows(cost), "summary": facts,
               "greedy_mismatches": bad, "seconds": time.perf_counter() - began, "rows": rows}
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(rows, batches, crossover, args.out / f"{stem}.png")

@@ -1,6 +1,6 @@
 """``bench/load.py``'s saved cost tables (``--cost``, ``--priced``): read back as written, and a bad
 file or a priced run without one refused by name; a missing real model named with its install command;
-its negative control; its summary's ratios."""
+its negative control; its summary's ratios; the request cost, in rows, under which a static k is slower."""
 
 import importlib.util
 import json
@@ -91,3 +91,26 @@ def test_adaptive_against_the_fastest_static_k_is_paired_by_repeat():
     assert facts["adaptive_vs_best_static_min"] == pytest.approx(140 / 150)  # ratios 0.6, 1.14, 0.93
     assert facts["adaptive_vs_best_static_within_plain_gemms"] == {"code-edit B=1": pytest.approx(140 / 150)}
     assert "adaptive vs best static min 0.93x" in line
+
+
+@pytest.mark.parametrize("al, d", [(3.4, 9.0), (2.1, 1.7), (1.5, 0.5)])
+def test_break_even_rows_is_where_a_static_k_costs_what_plain_does(al, d):
+    """Once B is large (the pass's own cost shared by many), a static k that emits ``al`` tokens and
+    drafts ``d`` a pass costs per token what plain decoding does where a request costs the printed
+    rows, more where it costs fewer (speculation slower), less where it costs more."""
+    table = load.CostTable((0.35e-3, 0.49e-3), row_seconds=0.058e-3, draft_seconds=0.032e-3, rows_alone=True)
+    x = load.break_even_rows(table, al, d)
+    row = table.row_seconds + (table.blocks(2) - table.blocks(1)) / 16
+
+    def spec_over_plain(request_rows):  # seconds a token, per request
+        request = request_rows * row
+        return ((request + (1 + d) * row + table.draft_seconds) / al) / (request + row)
+
+    assert spec_over_plain(x) == pytest.approx(1.0)
+    assert spec_over_plain(0.9 * x) > 1.0 > spec_over_plain(1.1 * x)
+    priced = load.CostTable(table.block_seconds, table.row_seconds, x * row, table.draft_seconds, rows_alone=True)
+    assert load.request_in_rows(priced) == pytest.approx(x)
+
+
+def test_a_static_k_that_emits_no_more_than_plain_is_slower_whatever_a_request_costs():
+    assert load.break_even_rows(load.CostTable((1e-3,), 1e-4), 1.0, 4.0) is None
