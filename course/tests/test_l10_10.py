@@ -120,7 +120,8 @@ def test_gemm_blocks_count_the_fullest_slot():
 GOODPUT_RULE = ("card 2.3: goodput = sum AL_i(k_i) / (T(gemms) + rows * row + requests * request + drafting "
                 "requests * draft), gemms the fullest slot's count")
 CHOICE_RULE = ("card 2.3: within the plain pass's gemms g0, slots likeliest first, taken when their request's "
-               "previous slot is taken, their gemm slot holds fewer than g0 rows and s * seconds > tokens * extra")
+               "previous slot is taken, their gemm slot holds fewer than g0 rows and s * seconds > tokens * extra "
+               "(extra: row_seconds, plus draft_seconds for a request's first draft token, m = 1)")
 
 
 def lanes_text(lanes) -> str:
