@@ -371,19 +371,32 @@ def full_row(cost: CostTable) -> float:
 
 
 def request_in_rows(cost: CostTable) -> float:
-    """A request's share of a step, in rows: what the crossover turns on once B is large."""
+    """A request's share of a step, in rows: what the crossover turns on once B is large (the table
+    must price a row: ``full_row > 0``)."""
     return cost.request_seconds / full_row(cost)
 
 
 def break_even_rows(cost: CostTable, al: float, d: float) -> float | None:
     """The request cost, in rows, under which a static k that emits ``al`` tokens a pass and drafts
-    ``d`` is slower than plain decoding once B is large (the pass's own cost shared by many). Per
-    request, plain pays ``R + r`` a token and the static k ``(R + (1 + d) r + D) / al``, ``D`` its
-    drafter call, so it is slower where ``R < (r (1 + d - al) + D) / (al - 1)``. None where
-    ``al <= 1``: it is slower whatever a request costs."""
+    ``d`` is slower than plain decoding once B is large (the first gemm's premium over a further one
+    shared by many; the table must price a row: ``full_row > 0``). Per request, plain pays
+    ``R + r`` a token and the static k ``(R + (1 + d) r + D) / al``, ``D`` its drafter call, so it
+    is slower where ``R < (r (1 + d - al) + D) / (al - 1)``. None where ``al <= 1``: it is slower
+    whatever a request costs."""
     if al <= 1.0:
         return None
     return (1 + d - al + cost.draft_seconds / full_row(cost)) / (al - 1)
+
+
+def turning_text(cost: CostTable, al: float, d: float) -> str:
+    """The large-B rule for one static k, for people: its bound in rows beside the table's request."""
+    if full_row(cost) <= 0:
+        return "this table prices no row, so the rule in rows does not apply"
+    below = break_even_rows(cost, al, d)
+    if below is None:
+        return "as B grows, below plain whatever a request costs"
+    return (f"as B grows, below plain where a request costs under {below:.1f} rows "
+            f"(this table's: {request_in_rows(cost):.1f})")
 
 
 def predicted_crossover(cost: CostTable, rows: list[dict], starts: list[int], batches: list[int]
@@ -547,11 +560,8 @@ def main() -> int:
     for k in STATIC:
         measured = next((b for b in batches if next(r for r in rows if r["workload"] == "code-edit" and r["B"] == b
                                                     and r["policy"] == f"k={k}")["vs_plain"] < 1.0), None)
-        below = break_even_rows(cost, *first_passes(rows, batches, k))
         print(f"static k={k}: predicted below plain from B={crossover[k]}, measured from B={measured}; "
-              + ("as B grows, below plain whatever a request costs" if below is None else
-                 f"as B grows, below plain where a request costs under {below:.1f} rows "
-                 f"(this table's: {request_in_rows(cost):.1f})"))
+              + turning_text(cost, *first_passes(rows, batches, k)))
     line, facts = summary(rows, batches)
     low, high = facts["control_vs_plain"]
     print(f"control: a second plain server in every cell, against the first: {low:.2f}x to {high:.2f}x "
@@ -570,8 +580,9 @@ def main() -> int:
                                            "request_seconds": cost.request_seconds,
                                            "draft_seconds": cost.draft_seconds, "fit_error": cost.fit_error},
               "predicted_crossover": {str(k): v for k, v in crossover.items()},
-              "break_even_request_rows": {str(k): break_even_rows(cost, *first_passes(rows, batches, k)) for k in STATIC},
-              "request_in_rows": request_in_rows(cost), "summary": facts,
+              "break_even_request_rows": {str(k): break_even_rows(cost, *first_passes(rows, batches, k))
+                                          if full_row(cost) > 0 else None for k in STATIC},
+              "request_in_rows": request_in_rows(cost) if full_row(cost) > 0 else None, "summary": facts,
               "greedy_mismatches": bad, "seconds": time.perf_counter() - began, "rows": rows}
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(rows, batches, crossover, args.out / f"{stem}.png")

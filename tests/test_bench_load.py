@@ -114,3 +114,28 @@ def test_break_even_rows_is_where_a_static_k_costs_what_plain_does(al, d):
 
 def test_a_static_k_that_emits_no_more_than_plain_is_slower_whatever_a_request_costs():
     assert load.break_even_rows(load.CostTable((1e-3,), 1e-4), 1.0, 4.0) is None
+
+
+@pytest.mark.parametrize("al, d", [(3.4, 9.0), (2.1, 1.7)])
+def test_break_even_rows_is_the_limit_of_whole_steps_priced_at_large_b(al, d):
+    """Priced as whole steps by the table (gemms, rows, requests, drafter calls), at B = 1024
+    requests feeding 1 row each or 1 + d: a request costing the printed rows makes the static k
+    within 1% of plain decoding per token, and 10% fewer or more rows put it on either side."""
+    table = load.CostTable((0.35e-3, 0.49e-3, 0.63e-3), row_seconds=0.058e-3, draft_seconds=0.032e-3, rows_alone=True)
+    x, b = load.break_even_rows(table, al, d), 1024
+
+    def spec_over_plain(request_rows):
+        priced = load.CostTable(table.block_seconds, table.row_seconds, request_rows * load.full_row(table),
+                                table.draft_seconds, rows_alone=True)
+        plain = priced.step_seconds(0, b, b) / b
+        spec = priced.step_seconds(0, round(b * (1 + d)), b, b) / (b * al)
+        return spec / plain
+
+    assert spec_over_plain(x) == pytest.approx(1.0, rel=0.01)
+    assert spec_over_plain(0.9 * x) > 1.0 > spec_over_plain(1.1 * x)
+
+
+def test_a_table_that_prices_no_row_says_the_rule_does_not_apply():
+    free = load.CostTable((1e-3, 1e-3), row_seconds=0.0, request_seconds=1e-4, rows_alone=True)
+    assert load.turning_text(free, 3.0, 8.0) == "this table prices no row, so the rule in rows does not apply"
+    assert "under" in load.turning_text(load.CostTable((1e-3, 2e-3), 1e-5, 1e-4), 3.0, 8.0)
