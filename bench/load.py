@@ -34,9 +34,9 @@ It prints the cost table (with its fit's largest error over the profiled passes)
 the table predicts for each static k (the first B where ``AL(k) * T(plain) / T(k)`` falls below 1;
 AL and the tokens drafted per pass from the B = 1 run, the gemms those of the cell's first B
 requests' slots) beside the measured one and, what decides it once B is large, the request cost in
-rows under which that k is slower than plain decoding beside the table's, and adaptive against the fastest static k that feeds
-no more gemms per token than plain (the bound adaptive keeps; the cells where no static k keeps it
-are named), writes ``load.json`` and ``load.png`` to ``--out``, and ends with one line:
+rows under which that k is slower than plain decoding beside the table's; adaptive against the
+fastest static k that feeds no more gemms per token than plain (the bound adaptive keeps; the cells
+where no static k keeps it are named); writes ``load.json`` and ``load.png`` to ``--out``, and ends with one line:
 
     load: static k=K below plain from B=X (worst W.WWx); adaptive vs plain min M.MMx over B, B=1 S.SSx; adaptive vs best static min R.RRx; blocks per token adaptive <= plain: yes|no
 

@@ -95,12 +95,12 @@ def test_adaptive_against_the_fastest_static_k_is_paired_by_repeat():
 
 @pytest.mark.parametrize("al, d", [(3.4, 9.0), (2.1, 1.7), (1.5, 0.5)])
 def test_break_even_rows_is_where_a_static_k_costs_what_plain_does(al, d):
-    """Once B is large (the pass's own cost shared by many), a static k that emits ``al`` tokens and
-    drafts ``d`` a pass costs per token what plain decoding does where a request costs the printed
-    rows, more where it costs fewer (speculation slower), less where it costs more."""
+    """Per request, with a row carrying its share of a full gemm: a static k that emits ``al`` tokens
+    and drafts ``d`` a pass costs per token what plain decoding does where a request costs the
+    printed rows, more where it costs fewer (speculation slower), less where it costs more."""
     table = load.CostTable((0.35e-3, 0.49e-3), row_seconds=0.058e-3, draft_seconds=0.032e-3, rows_alone=True)
-    x = load.break_even_rows(table, al, d)
-    row = table.row_seconds + (table.blocks(2) - table.blocks(1)) / 16
+    x, row = load.break_even_rows(table, al, d), load.full_row(table)
+    assert row == pytest.approx(0.058e-3 + 0.14e-3 / 16)
 
     def spec_over_plain(request_rows):  # seconds a token, per request
         request = request_rows * row
