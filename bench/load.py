@@ -36,7 +36,8 @@ AL and the tokens drafted per pass from the B = 1 run, the gemms those of the ce
 requests' slots) beside the measured one and, what decides it once B is large, the request cost in
 rows under which that k is slower than plain decoding beside the table's; adaptive against the
 fastest static k that feeds no more gemms per token than plain (the bound adaptive keeps; the cells
-where no static k keeps it are named); writes ``load.json`` and ``load.png`` to ``--out``, and ends with one line:
+where no static k keeps it are named); writes ``load.json`` and ``load.png`` to ``--out``, and ends
+with one line:
 
     load: static k=K below plain from B=X (worst W.WWx); adaptive vs plain min M.MMx over B, B=1 S.SSx; adaptive vs best static min R.RRx; blocks per token adaptive <= plain: yes|no
 
@@ -370,29 +371,29 @@ def full_row(cost: CostTable) -> float:
     return cost.row_seconds + (cost.blocks(2) - cost.blocks(1)) / GEMM_ROWS
 
 
-def request_in_rows(cost: CostTable) -> float:
-    """A request's share of a step, in rows: what the crossover turns on once B is large (the table
-    must price a row: ``full_row > 0``)."""
-    return cost.request_seconds / full_row(cost)
+def request_in_rows(cost: CostTable) -> float | None:
+    """A request's share of a step, in rows: what the crossover turns on once B is large. None
+    where the table prices no row."""
+    return cost.request_seconds / full_row(cost) if full_row(cost) > 0 else None
 
 
 def break_even_rows(cost: CostTable, al: float, d: float) -> float | None:
     """The request cost, in rows, under which a static k that emits ``al`` tokens a pass and drafts
     ``d`` is slower than plain decoding once B is large (the first gemm's premium over a further one
-    shared by many; the table must price a row: ``full_row > 0``). Per request, plain pays
-    ``R + r`` a token and the static k ``(R + (1 + d) r + D) / al``, ``D`` its drafter call, so it
-    is slower where ``R < (r (1 + d - al) + D) / (al - 1)``. None where ``al <= 1``: it is slower
-    whatever a request costs."""
-    if al <= 1.0:
+    shared by many). Per request, plain pays ``R + r`` a token and the static k
+    ``(R + (1 + d) r + D) / al``, ``D`` its drafter call, so it is slower where
+    ``R < (r (1 + d - al) + D) / (al - 1)``. None where there is no such bound: ``al <= 1`` (slower
+    whatever a request costs) or a table that prices no row."""
+    if al <= 1.0 or full_row(cost) <= 0:
         return None
     return (1 + d - al + cost.draft_seconds / full_row(cost)) / (al - 1)
 
 
-def turning_text(cost: CostTable, al: float, d: float) -> str:
-    """The large-B rule for one static k, for people: its bound in rows beside the table's request."""
+def turning_text(cost: CostTable, below: float | None) -> str:
+    """The large-B rule for one static k, for people: its bound in rows (``break_even_rows``)
+    beside the table's request."""
     if full_row(cost) <= 0:
         return "this table prices no row, so the rule in rows does not apply"
-    below = break_even_rows(cost, al, d)
     if below is None:
         return "as B grows, below plain whatever a request costs"
     return (f"as B grows, below plain where a request costs under {below:.1f} rows "
@@ -557,11 +558,12 @@ def main() -> int:
         f"{r['workload']} B={r['B']} {r['step_ms']:.1f} ms {r['measured_over_predicted']:.2f}x"
         for r in rows if r["policy"] == "off"))
     crossover = predicted_crossover(cost, rows, [len(p) for p in work.prompts["code-edit"]], batches)
+    turns = {k: break_even_rows(cost, *first_passes(rows, batches, k)) for k in STATIC}
     for k in STATIC:
         measured = next((b for b in batches if next(r for r in rows if r["workload"] == "code-edit" and r["B"] == b
                                                     and r["policy"] == f"k={k}")["vs_plain"] < 1.0), None)
         print(f"static k={k}: predicted below plain from B={crossover[k]}, measured from B={measured}; "
-              + turning_text(cost, *first_passes(rows, batches, k)))
+              + turning_text(cost, turns[k]))
     line, facts = summary(rows, batches)
     low, high = facts["control_vs_plain"]
     print(f"control: a second plain server in every cell, against the first: {low:.2f}x to {high:.2f}x "
@@ -580,9 +582,8 @@ def main() -> int:
                                            "request_seconds": cost.request_seconds,
                                            "draft_seconds": cost.draft_seconds, "fit_error": cost.fit_error},
               "predicted_crossover": {str(k): v for k, v in crossover.items()},
-              "break_even_request_rows": {str(k): break_even_rows(cost, *first_passes(rows, batches, k))
-                                          if full_row(cost) > 0 else None for k in STATIC},
-              "request_in_rows": request_in_rows(cost) if full_row(cost) > 0 else None, "summary": facts,
+              "break_even_request_rows": {str(k): v for k, v in turns.items()},
+              "request_in_rows": request_in_rows(cost), "summary": facts,
               "greedy_mismatches": bad, "seconds": time.perf_counter() - began, "rows": rows}
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(rows, batches, crossover, args.out / f"{stem}.png")

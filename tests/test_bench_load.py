@@ -137,5 +137,7 @@ def test_break_even_rows_is_the_limit_of_whole_steps_priced_at_large_b(al, d):
 
 def test_a_table_that_prices_no_row_says_the_rule_does_not_apply():
     free = load.CostTable((1e-3, 1e-3), row_seconds=0.0, request_seconds=1e-4, rows_alone=True)
-    assert load.turning_text(free, 3.0, 8.0) == "this table prices no row, so the rule in rows does not apply"
-    assert "under" in load.turning_text(load.CostTable((1e-3, 2e-3), 1e-5, 1e-4), 3.0, 8.0)
+    assert load.turning_text(free, load.break_even_rows(free, 3.0, 8.0)) == ("this table prices no row, so the "
+                                                                            "rule in rows does not apply")
+    priced = load.CostTable((1e-3, 2e-3), 1e-5, 1e-4)
+    assert "under" in load.turning_text(priced, load.break_even_rows(priced, 3.0, 8.0))
