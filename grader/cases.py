@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from grader.core.protocol import ANSWERS_ENV  # ol check sets it: where check() leaves each test's answers
+from grader.core.protocol import ANSWERS_ENV, where_in_package  # ANSWERS_ENV: where check() leaves each test's answers
 
 FLOAT_TOLERANCE = 1e-9
 MESSAGE_LIMIT = 1800
@@ -65,7 +65,7 @@ class Case:
         except NotImplementedError:
             raise
         except Exception as err:  # the learner's code raising is an answer like any other
-            return {RAISES: type(err).__name__, "message": first_line(str(err))}
+            return {RAISES: type(err).__name__, "message": with_place(first_line(str(err)), err)}
 
     def problem(self, answer: Answer) -> str | None:
         """What is wrong with ``answer`` for this case, or None."""
@@ -75,10 +75,13 @@ class Case:
             return judge_raises(answer, self.expected)
         if is_raise(answer):
             return f"it raised {answer[RAISES]} instead of answering"
-        where = first_difference(self.expected, answer)
-        if where is None:
+        parting = first_parting(self.expected, answer)
+        if parting is None:
             return None
-        return "" if where == "" else f"they part at {where}"
+        where, want, got = parting
+        if where == "":
+            return ""
+        return f"they part at {where}: expected {brief(want)}, yours {brief(got)}"
 
     def alike(self, a: Answer, b: Answer) -> bool:
         """Two answers to this case are the same behaviour (for ``ol diff`` and the diagnosis)."""
@@ -207,7 +210,7 @@ def message_shape(message: str) -> str:
     the file and line an isolated check appends, object addresses, numpy's scalar wrappers
     (``np.float64(0.5)`` is ``0.5``) and float digits past the sixth significant one. Integers stay:
     they are counts and positions, part of the behaviour."""
-    text = _NUMPY_SCALAR.sub(r"\1", _ADDRESS.sub("0x?", _WHERE.sub("", message)))
+    text = _NUMPY_SCALAR.sub(r"\1", _ADDRESS.sub("0x?", without_place(message)))
     return _FLOAT.sub(lambda m: f"{float(m.group()):.6g}", text)
 
 
@@ -306,36 +309,46 @@ def plain(value: Any) -> Any:
     return repr(value)
 
 
-def first_difference(want: Any, got: Any, path: str = "") -> str | None:
+def first_difference(want: Any, got: Any) -> str | None:
     """Where ``got`` first parts from ``want`` ("tokens[2]", "" for the whole value), or None.
 
     Floats are equal within 1e-9; a bool is never equal to a number; ints and floats that are
     equal in value are equal.
     """
+    parting = first_parting(want, got)
+    return None if parting is None else parting[0]
+
+
+def first_parting(want: Any, got: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """:func:`first_difference`'s place, with the two values found there (``_MISSING`` for a key or
+    an item one side lacks): a long answer is clipped where it is shown, its difference may not be."""
     if isinstance(want, dict) and isinstance(got, dict):
         for key in want:
-            where = first_difference(want[key], got.get(key, _MISSING), f"{path}.{key}" if path else key)
-            if where is not None:
-                return where
+            parting = first_parting(want[key], got.get(key, _MISSING), f"{path}.{key}" if path else key)
+            if parting is not None:
+                return parting
         extra = [k for k in got if k not in want]
-        return f"{path}.{extra[0]}" if extra and path else extra[0] if extra else None
+        return (f"{path}.{extra[0]}" if path else extra[0], _MISSING, got[extra[0]]) if extra else None
     if isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)):
         for i, (a, b) in enumerate(zip(want, got)):
-            where = first_difference(a, b, f"{path}[{i}]")
-            if where is not None:
-                return where
+            parting = first_parting(a, b, f"{path}[{i}]")
+            if parting is not None:
+                return parting
         if len(want) == len(got):
             return None
-        return f"{path}[{min(len(want), len(got))}] (lengths {len(want)} and {len(got)})"
+        n = min(len(want), len(got))
+        return (f"{path}[{n}] (lengths {len(want)} and {len(got)})",
+                want[n] if n < len(want) else _MISSING, got[n] if n < len(got) else _MISSING)
     if isinstance(want, bool) or isinstance(got, bool):
-        return None if want is got else path
-    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
+        same = want is got
+    elif isinstance(want, (int, float)) and isinstance(got, (int, float)):
         if isinstance(want, float) or isinstance(got, float):
-            if math.isnan(want) and math.isnan(got):
-                return None
-            return None if math.isclose(want, got, rel_tol=0, abs_tol=FLOAT_TOLERANCE) else path
-        return None if want == got else path
-    return None if want == got else path
+            same = (math.isnan(want) and math.isnan(got)) or math.isclose(want, got, rel_tol=0, abs_tol=FLOAT_TOLERANCE)
+        else:
+            same = want == got
+    else:
+        same = want == got
+    return None if same else (path, want, got)
 
 
 class _Missing:
@@ -360,6 +373,30 @@ def brief(value: Any, limit: int = 16) -> str:
         text = f"{value:.10g}"
         return text if any(c in text for c in ".eni") else text + ".0"
     return repr(value)
+
+
+def with_place(message: str, err: BaseException) -> str:
+    """``message`` and where the package under test raised ``err`` ("(tinyllm/serve.py, line 289)"),
+    as an isolated check's learner process reports it, unless the message says so already."""
+    where = where_in_package(err.__traceback__)
+    if where is None or _WHERE.search(message):
+        return message
+    return f"{message} ({where})" if message else f"({where})"
+
+
+def answer_text(answer: Answer, limit: int = 16, reference: bool = False) -> str:
+    """An answer in one line (:func:`brief`); a raised exception as ``raises Type: message``, the
+    reference's without where it raised (:func:`without_place`)."""
+    if not is_raise(answer):
+        return brief(answer, limit)
+    message = answer.get("message", "")
+    return f"raises {answer[RAISES]}: {without_place(message) if reference else message}"
+
+
+def without_place(message: str) -> str:
+    """An exception's message without the place :func:`with_place` added: where the reference
+    raised means nothing to a learner."""
+    return _WHERE.sub("", message)
 
 
 def first_line(text: str) -> str:

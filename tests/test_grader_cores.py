@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from grader.cases import alike, chi2_quantile, chi2_survival, first_difference, message_shape, same_law
+from grader.cases import (Case, alike, chi2_quantile, chi2_survival, first_difference, first_parting, message_shape,
+                          same_law, with_place)
 from grader.child.judge import MAX_DEPTH, LearnerGone, MirrorObject, decode
 from grader.child.learner_server import encode
 from grader.layout.catalog import Pitfall, load_catalog
 from grader.verdict import diagnose
+from grader.verdict.evaluate import CheckResult
 
 # --- first_difference ------------------------------------------------------------------------
 
@@ -35,6 +37,37 @@ def test_first_difference_reports_a_shorter_or_longer_list_at_the_first_missing_
     assert first_difference([1], [1, 2, 3, 4, 5]) == "[1] (lengths 1 and 5)"
     assert first_difference({"t": [1, 2, 3]}, {"t": [1, 2]}) == "t[2] (lengths 3 and 2)"
     assert first_difference([], []) is None
+
+
+def test_a_case_says_what_each_side_holds_where_they_part():
+    # a long answer is clipped where it is shown: the values at the parting are not
+    want = {"tokens": list(range(40)), "free blocks": 60}
+    case = Case("c", "f()", lambda: None, want)
+    assert case.problem({"tokens": list(range(40)), "free blocks": 58}) == \
+        "they part at free blocks: expected 60, yours 58"
+    assert case.problem({"tokens": list(range(39))}) == \
+        "they part at tokens[39] (lengths 40 and 39): expected 39, yours (missing)"
+    assert first_parting([1, [2, 3]], [1, [2, 4]]) == ("[1][1]", 3, 4)
+    assert case.problem(want) is None
+
+
+def test_a_raised_answer_says_where_the_package_under_test_raised(tmp_path):
+    code = compile("def f():\n    raise ValueError('bad k')\n", str(tmp_path / "tinyllm" / "serve.py"), "exec")
+    space: dict = {}
+    exec(code, space)
+    answer = Case("c", "f()", space["f"]).answer()
+    assert answer == {"raises": "ValueError", "message": "bad k (tinyllm/serve.py, line 2)"}
+    assert message_shape(answer["message"]) == "bad k"     # where it raised is not behaviour
+    try:
+        raise KeyError("x")
+    except KeyError as err:
+        assert with_place("x", err) == "x"    # raised outside the package: nothing added
+
+
+def test_messages_show_the_course_and_workspace_relative_only_where_a_path_starts():
+    result = CheckResult("L10.10", "error", "in /work/main/solutions/a.py, /check/work/main/b.py and /work/main",
+                         paths=("/work/main",))
+    assert result.as_json()["message"] == "in solutions/a.py, /check/work/main/b.py and ."
 
 
 def test_first_difference_floats_within_1e_9_ints_as_floats_and_bools_apart():

@@ -189,6 +189,8 @@ def test_a_bug_that_is_no_named_pitfall_is_said_to_be_none(tmp_path):
              workspace=tmp_path)
     assert ran.code == 1, ran.text
     assert "Hint" not in ran.out and "Not a named pitfall: in hand_example_sampled_step" in ran.out, ran.out
+    hint = next(line for line in ran.out.splitlines() if line.startswith("Not a named pitfall"))
+    assert hint.endswith(": the one shown above.") and ran.out.count("call:") == 1, ran.out  # named, not repeated
     diagnosis = json.loads(results.read_text())["tests"][0]["diagnosis"]
     assert diagnosis["pitfalls"] == [] and "no named pitfall gives your answers" in diagnosis["summary"]
 

@@ -167,7 +167,7 @@ def _print_summary(module: Module, run: SuiteRun, keyword: str | None, seconds: 
     if run.extra:
         print(f"Note: the suite has tests the catalog does not list, not counted: {', '.join(run.extra)}.")
     if diagnosis is not None:
-        for line in diagnosis.hint_lines():
+        for line in diagnosis.hint_lines({name: o.message or "" for name, o in run.outcomes.items()}):
             print(line)
 
 

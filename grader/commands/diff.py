@@ -11,7 +11,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from grader.cases import RAISES, alike, brief, first_difference, graded_alike, is_raise
+from grader.cases import RAISES, alike, answer_text, first_difference, graded_alike, is_raise, without_place
 from grader.child.case_worker import STUB
 from grader.core.errors import UsageError
 from grader.layout import assemble
@@ -95,8 +95,8 @@ def _show(test: str, reference: dict | None, yours: dict | None, shown: int) -> 
     for ref, mine in differing[:shown]:
         print(f"  case {ref['label']}")
         print(f"    call:      {ref['call']}")
-        print(f"    reference: {_answer(ref['answer'])}")
-        print(f"    yours:     {_answer(mine['answer'])}")
+        print(f"    reference: {answer_text(ref['answer'], 24, reference=True)}")
+        print(f"    yours:     {answer_text(mine['answer'], 24)}")
         where = None if ref["compare"] != "exact" or is_raise(mine["answer"]) else first_difference(ref["answer"], mine["answer"])
         if where:
             print(f"    they part at {where}")
@@ -109,10 +109,5 @@ def _worded_note(worded: list[tuple[dict, dict]], which: str) -> str:
     ref, mine = worded[0]
     return (f"{len(worded)} {which} raise{'s' if len(worded) == 1 else ''} the reference's {ref['answer'][RAISES]} "
             f"in other words, which the tests accept (case {ref['label']}: the reference says "
-            f"{ref['answer'].get('message', '')!r}, yours {mine['answer'].get('message', '')!r}).")
+            f"{without_place(ref['answer'].get('message', ''))!r}, yours {without_place(mine['answer'].get('message', ''))!r}).")
 
-
-def _answer(answer) -> str:
-    if is_raise(answer):
-        return f"raises {answer['raises']}: {answer.get('message', '')}"
-    return brief(answer, limit=24)

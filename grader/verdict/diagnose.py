@@ -29,10 +29,11 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.cases import alike, brief, clip, graded_alike, telling
+from grader.cases import alike, answer_text, clip, graded_alike, telling
 from grader.child.case_worker import STUB
 from grader.core.patch import apply_patch
 from grader.core.paths import REPO, cache_dir
@@ -127,15 +128,22 @@ class Diagnosis:
         return {"summary": d.summary(self.module, named), "pitfalls": [p for p in d.pitfalls if p in named],
                 "alone": list(d.pitfalls), "differing_cases": d.differing, "cases": d.cases}
 
-    def hint_lines(self) -> list[str]:
+    def hint_lines(self, shown: Mapping[str, str] | None = None) -> list[str]:
+        """The named pitfalls' hints, then a line for each failing test no pitfall explains, with its
+        first differing case, unless ``shown`` (each test's failure message, printed above the
+        hints) already shows that case: then it is only named."""
         ranked = self.ranked()
         lines = [self._hint(pitfall, agree) for pitfall, agree in ranked]
         explained = {test for _, agree in ranked for test in agree}
         for d in self.tests.values():
             if d.diagnosable and d.test not in explained:
-                lines.append(f"Not a named pitfall: in {d.test} no pitfall of {_ids(self.module)} gives your answers "
-                             f"(yours differs from the reference's on {_cases_where(d.differing, d.cases)}). "
-                             f"First differing case {d.first.label!r}:")
+                head = (f"Not a named pitfall: in {d.test} no pitfall of {_ids(self.module)} gives your answers "
+                        f"(yours differs from the reference's on {_cases_where(d.differing, d.cases)}). "
+                        f"First differing case {d.first.label!r}")
+                if _shows(shown and shown.get(d.test), d.first):
+                    lines.append(f"{head}: the one shown above.")
+                    continue
+                lines.append(f"{head}:")
                 lines += [f"    call:      {clip(d.first.call)}", f"    reference: {d.first.reference}",
                           f"    yours:     {d.first.yours}"]
         return lines
@@ -147,6 +155,14 @@ class Diagnosis:
         return (f"Hint: pitfall {pitfall.id}, \"{pitfall.title}\": it gives your answer on {_all_where(differing)} "
                 f"where yours differs from the reference's in {', '.join(agree)}, and the reference's on the "
                 f"other {right} (where yours is right too). Symptom: {pitfall.symptom}.")
+
+
+def _shows(message: str | None, case: CaseView) -> bool:
+    """Whether a test's failure message (:func:`grader.cases.failure_message`) shows ``case``: its
+    headline names the case and the message holds its call."""
+    if not message:
+        return False
+    return repr(case.label) in message.split("\n", 1)[0] and clip(case.call) in message
 
 
 def has_cases(module: Module) -> bool:
@@ -271,7 +287,8 @@ def _compare(test: str, learner: dict | None, reference: dict | None, mutants: d
             result.note = f"not written yet: {stubs[0]['answer'][STUB]}"
         return result
     i = differing[0]
-    result.first = CaseView(ref[i]["label"], ref[i]["call"], _shown(ref[i]["answer"]), _shown(mine[i]["answer"]))
+    result.first = CaseView(ref[i]["label"], ref[i]["call"], answer_text(ref[i]["answer"], reference=True),
+                            answer_text(mine[i]["answer"]))
     if stubs:
         return result   # a stub answers nothing: no pitfall can be told apart on those cases
     for pid, answers in mutants.items():
@@ -291,11 +308,6 @@ def _compare(test: str, learner: dict | None, reference: dict | None, mutants: d
 def _is_stub(answer) -> bool:
     return isinstance(answer, dict) and STUB in answer
 
-
-def _shown(answer) -> str:
-    if isinstance(answer, dict) and set(answer) <= {"raises", "message"} and "raises" in answer:
-        return f"raises {answer['raises']}: {answer.get('message', '')}"
-    return brief(answer)
 
 
 def _title(module: Module, pid: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -67,10 +68,13 @@ class CheckResult:
                 "module": self.module_id, "tests": tests}
 
     def _relative(self, text: str | None) -> str | None:
+        """``text`` with each of ``paths`` shown relative (``.`` for the folder itself), where a path
+        starts: ``/check/work/main/x`` is not ``/work/main/x``."""
         if text is None:
             return None
         for path in sorted(self.paths, key=len, reverse=True):
-            text = text.replace(path.rstrip("/") + "/", "").replace(path.rstrip("/"), ".")
+            starts = re.compile(rf"(?<![\w./~-]){re.escape(path.rstrip('/'))}(/|(?![\w.-]))")
+            text = starts.sub(lambda m: "" if m.group(1) == "/" else ".", text)
         return text
 
 
