@@ -3,6 +3,8 @@
 import json
 import re
 
+import pytest
+
 from ol_helpers import ol, put_reference
 
 LOOP = "\n\ndef prompt_lookup(*args, **kwargs):\n    while True:\n        pass\n"
@@ -59,3 +61,52 @@ def test_an_isolated_check_grades_the_module_alone(tmp_path):
     assert ran.code == 0, ran.text
     assert "17 of 17 tests passed" in ran.out, ran.out
     assert "tinyllm/kvpool.py    reference (L10.1, isolated: L10.9 alone is graded)" in ran.out, ran.out
+
+
+# The learner's code shares a process with its end of the judge's socket and can write to it.
+SOCKET = '''
+import os as _os, struct as _struct, zlib as _zlib
+
+
+def _socket():
+    for f in _os.listdir("/proc/self/fd"):
+        try:
+            if _os.readlink(f"/proc/self/fd/{f}").startswith("socket:"):
+                return int(f)
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+
+
+_fd = _socket()
+'''
+WRITES = {"junk": '_os.write(_fd, b"junk\\n")\n',
+          "a compressed frame that inflates past any message":
+              '_z = _zlib.compress(bytes(1 << 29), 9)\n_os.write(_fd, _struct.pack("!LB", len(_z), 1) + _z + b"\\n")\n'}
+
+
+@pytest.mark.parametrize("write", list(WRITES))
+def test_bytes_written_to_the_judges_socket_fail_the_check_at_once(tmp_path, write):
+    # Not the watchdog's bound: the judge reads them as not its messages and says so.
+    ws = tmp_path / "ws"
+    assert ol("start", "L10.8", "--workspace", str(ws)).code == 0
+    put_reference(ws, "spec.py")
+    with open(ws / "tinyllm" / "spec.py", "a") as f:
+        f.write(SOCKET + WRITES[write])
+    ran = ol("check", "L10.8", "--ref-deps", "--isolate", "--timeout", "20", workspace=ws)
+    assert ran.code == 1, ran.text
+    assert "0 of 20 tests passed" in ran.out, ran.out
+    assert ("importing tinyllm/spec.py: the process running the code under test wrote something other than "
+            "ol's messages to its connection with the judge") in ran.out, ran.out
+
+
+def test_half_a_message_to_the_judge_is_bounded_by_the_test_timeout(tmp_path):
+    # A frame's header and not its body: the judge waits for the rest only as long as the import may take.
+    ws = tmp_path / "ws"
+    assert ol("start", "L10.8", "--workspace", str(ws)).code == 0
+    put_reference(ws, "spec.py")
+    with open(ws / "tinyllm" / "spec.py", "a") as f:
+        f.write(SOCKET + '_os.write(_fd, _struct.pack("!LB", 1 << 20, 0) + b"x" * 10)\n')
+    ran = ol("check", "L10.8", "--ref-deps", "--isolate", "--timeout", "2", workspace=ws)
+    assert ran.code == 1, ran.text
+    assert "0 of 20 tests passed" in ran.out and "importing tinyllm/spec.py took longer than 2 s" in ran.out, ran.out
+    assert ran.seconds < 30, f"the check took {ran.seconds:.1f} s"

@@ -80,6 +80,13 @@ for _address in (("127.0.0.1", {port}), ("1.1.1.1", 53)):
     _try(f"connected to {{_address}}", lambda: _s.connect(_address) is None)
     _s.close()
 _try("read ol's temporary folders", lambda: bool(_glob.glob("/tmp/ol-*/**/*.py", recursive=True)))
+# Installed packages, wherever an interpreter keeps them: only the learner server's own show.
+import sys as _sys
+_seen = [f for r in sorted({{"/usr", "/usr/local", _sys.prefix, _sys.base_prefix}})
+         for f in _glob.glob(r + "/lib/python3*/*-packages")
+         if set(_os.listdir(f)) - {{"numpy", "numpy.libs", "rpyc", "plumbum"}}]
+if _seen:
+    _reached.insert(0, f"saw the packages in {{len(_seen)}} folders")
 if _reached:
     raise ImportError("the learner's process " + "; ".join(_reached))
 '''
@@ -107,7 +114,7 @@ def test_the_learner_process_reaches_nothing_of_the_machine(tmp_path):
             ran = ol("check", "L10.8", "--ref-deps", workspace=ws)
             for reached in ("read " + str(ROOT / "solutions/tinyllm/spec.py"), "saw /dev/shm/" + HOST_MARKER,
                             "System V memory", "holds capabilities", "opened a file by its handle",
-                            "connected to ('127.0.0.1'"):
+                            "connected to ('127.0.0.1'", "saw the packages in"):
                 assert reached in ran.out, f"the probe does not find what it looks for ({reached}):\n{ran.out}"
             ran = ol("check", "L10.8", "--ref-deps", "--isolate", workspace=ws, limit=180)
             assert ran.code == 0 and "20 of 20 tests passed" in ran.out, ran.out

@@ -39,10 +39,13 @@ import subprocess
 import sys
 import time
 import types
+import zlib
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import rpyc
+from rpyc.core.channel import Channel
 from rpyc.core.stream import SocketStream
 
 from grader.child.learner_server import NUMERIC_KINDS, RPC_CONFIG, SCALARS, Objects, builtin_base, kept, rebuild, resolve
@@ -50,6 +53,7 @@ from grader.core.protocol import CHECK_CPU_ENV, IMPL_ENV, LEARNER_IMPL_ENV, LEAR
 from grader.core.sandbox import Sandbox, hide_memory, tree_cpu_seconds
 
 MAX_DEPTH = 200
+MAX_FRAME = 1 << 28   # bytes: no message of ol's comes near it; a frame read as longer is not one
 
 
 class LearnerGone(RuntimeError):
@@ -64,6 +68,53 @@ class LearnerTimedOut(BaseException):
 
 
 # --- the judge's side -------------------------------------------------------------------------------
+
+class _Guarded(Channel):
+    """rpyc's channel to the learner's process, whose code can write to the socket too. A frame
+    read as longer than ``MAX_FRAME`` (junk read as a length), before or after decompression,
+    ends the session at once; and while the judge waits for the rest of a frame, ``watch`` (the
+    running clock's check) has its turn every ``SLICE`` seconds, so half a frame cannot hold the
+    judge past the test's time."""
+
+    def __init__(self, stream: SocketStream) -> None:
+        super().__init__(stream)
+        self.watch: Callable[[], None] = _unwatched
+
+    def recv(self) -> bytes:
+        length, compressed = self.FRAME_HEADER.unpack(self._read(self.FRAME_HEADER.size))
+        if length > MAX_FRAME:
+            raise _garbled()
+        data = self._read(length + len(self.FLUSHER))[:-len(self.FLUSHER)]
+        if not compressed:
+            return data
+        inflate = zlib.decompressobj()
+        data = inflate.decompress(data, MAX_FRAME)
+        if inflate.unconsumed_tail:
+            raise _garbled()
+        return data
+
+    def _read(self, count: int) -> bytes:
+        chunks = []
+        while count > 0:
+            if not self.stream.poll(SLICE):
+                self.watch()
+                continue
+            chunk = self.stream.sock.recv(min(count, SocketStream.MAX_IO_CHUNK))
+            if not chunk:
+                raise EOFError("connection closed by peer")
+            chunks.append(chunk)
+            count -= len(chunk)
+        return b"".join(chunks)
+
+
+def _unwatched() -> None:
+    """No clock runs: the learner's process is starting, or the judge is not waiting for it."""
+
+
+def _garbled() -> LearnerGone:
+    return LearnerGone("the process running the code under test wrote something other than ol's messages "
+                       "to its connection with the judge")
+
 
 class _Session:
     """One learner process and the connection to it."""
@@ -84,7 +135,8 @@ class _Session:
         self.process = box.learner_process([sys.executable, "-B", "-s", str(Path(impl) / LEARNER_SERVER)], Path(impl), env,
                                            theirs.fileno(), float(check_cpu) + STARTUP if check_cpu else None)
         theirs.close()
-        self.conn = rpyc.connect_stream(SocketStream(mine), service=JudgeService, config=dict(RPC_CONFIG))
+        self.channel = _Guarded(SocketStream(mine))
+        self.conn = rpyc.connect_channel(self.channel, service=JudgeService, config=dict(RPC_CONFIG))
         _Session.generation += 1
         self.generation = _Session.generation
         self._root = None
@@ -274,34 +326,54 @@ def _reply(name: str, argument, function: str | None = None) -> dict:
     # Outside a test (importing the learner's modules while pytest collects) each request gets the
     # time an import may take.
     clock = _CLOCK if _CLOCK is not None else _Clock(import_timeout())
-    try:
-        # Also between waits: a learner's thread may keep computing after its call returned.
+
+    def watch() -> None:
         why = clock.overrun(session)
         if why is not None:
             raise _timed_out(session, why, function)
+
+    outer = session.channel.watch    # a request the learner's process made while the judge waits
+    try:
+        # Also between waits: a learner's thread may keep computing after its call returned.
+        watch()
+        session.channel.watch = watch
         answer = session.request(name, argument)
         while not answer.ready:
-            session.conn.serve(SLICE)
-            why = clock.overrun(session)
-            if why is not None:
-                raise _timed_out(session, why, function)
+            _serve(session)
+            watch()
         text = answer.value
     except (EOFError, OSError) as err:
         if _TIMED_OUT is not None:
             raise LearnerTimedOut(_TIMED_OUT) from None
         raise session.gone(err) from None
+    except LearnerGone:
+        session.kill()      # a garbled connection: the next test starts a fresh process
+        raise
     except Exception:
         raise
     except BaseException as err:  # sent by the learner's process (KeyboardInterrupt): not the judge's to obey
         if isinstance(err, LearnerTimedOut):
             raise
         raise LearnerGone(f"the process running the code under test sent {type(err).__name__}") from None
+    finally:
+        session.channel.watch = outer
     if type(text) is not str:
         raise LearnerGone("the process running the code under test answered with something other than data")
     data = json.loads(text)
     if type(data) is not dict:
         raise LearnerGone("the process running the code under test answered with something other than data")
     return data
+
+
+def _serve(session: "_Session") -> None:
+    """One turn of the connection. rpyc failing to read what came (a message type or a value it
+    does not know) means the bytes were not its own: the code under test wrote them."""
+    try:
+        session.conn.serve(SLICE)
+    except (EOFError, OSError, LearnerGone):
+        raise
+    except Exception:
+        raise _garbled() from None
 
 
 def invoke(op: str, spec: tuple, args=(), kwargs=None):
@@ -360,6 +432,8 @@ def _described(name: str) -> dict:
         except LearnerTimedOut:
             raise ImportError(f"importing tinyllm/{name.rsplit('.', 1)[-1]}.py took longer than {import_timeout():g} s; "
                               "is there a loop at import time?") from None
+        except LearnerGone as err:
+            raise ImportError(f"importing tinyllm/{name.rsplit('.', 1)[-1]}.py: {err}") from None
         if "raise" in data:
             module, qualname, _, message = _strings(data["raise"], 4)
             raise ImportError(f"{qualname}: {message}" if message else qualname)

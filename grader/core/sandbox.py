@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import dataclasses
 import functools
+import glob
 import math
 import os
 import resource
@@ -269,10 +270,19 @@ def _system_binds() -> list[tuple[str, str]]:
 
 
 def _site_folders() -> list[str]:
-    """The site-packages folders inside what is bound: covered, so that only :data:`PACKAGES` show."""
+    """The folders of installed packages inside what is bound: this environment's, its base
+    interpreter's (a pyenv or a python.org build keeps them inside its standard library's folder)
+    and the system's (Debian's ``dist-packages`` under ``/usr``), covered so that only
+    :data:`PACKAGES` show."""
     import site
 
-    candidates = {*site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    prefixes = sorted({sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix})
+    candidates = set(site.getsitepackages(prefixes))
+    for base in ({}, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}):
+        paths = sysconfig.get_paths(vars=base)
+        candidates |= {paths["purelib"], paths["platlib"]}
+    for root in ("/usr", "/usr/local", *prefixes):
+        candidates |= set(glob.glob(f"{root}/lib/python3*/*-packages"))
     bound = [dest for _, dest in _system_binds()]
     return sorted(p for p in candidates if os.path.isdir(p) and any(_inside(p, b) for b in bound))
 
