@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tinyllm.kvpool import KvPool
 from tinyllm.model import (GEMM_DEPTH, GEMM_ROWS, LlamaConfig, TinyLlama, Weight, aligned_copy, gemm_rows,
                           matmul)
 
@@ -101,6 +102,33 @@ def test_stacked_attention_groups_equal_one_at_a_time(model, monkeypatch, packed
     out = model.forward(pool, fed_tables, positions, ids)
     expected = np.concatenate([a[start:start + n] for a, start, n in zip(alone, starts, counts)])
     assert np.array_equal(out, expected)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_new_pool_layout_reads_as_any_pool_and_gives_its_bits(model, seed):
+    # new_pool stores K/V as attention reads them, behind views with the pool's own axes: an index
+    # reads what it reads in a KvPool's arrays, and passes and trees give the same bits on both
+    rng = np.random.default_rng(seed)
+    laid_out = model.new_pool(24, 8)
+    plain = KvPool(24, 8, CONFIG.n_layers, CONFIG.n_kv_heads, CONFIG.head_dim)
+    assert not laid_out.k.flags.c_contiguous and not laid_out.v.flags.c_contiguous
+    blocks = rng.permutation(24).tolist()
+    tables = [blocks[:8], blocks[8:16], blocks[16:]]
+    starts = [int(rng.integers(9, 30)) for _ in tables]
+    counts = [int(rng.integers(1, 6)) for _ in tables]
+    fed = [(t, n + j, IDS[n + j]) for t, n, c in zip(tables, starts, counts) for j in range(c)]
+    outs = {}
+    for name, pool in (("laid out", laid_out), ("plain", plain)):
+        rows = [model.forward(pool, [t] * n, list(range(n)), IDS[:n]) for t, n in zip(tables, starts)]
+        rows.append(model.forward(pool, *map(list, zip(*fed))))
+        rows.append(model.forward_tree(pool, tables[0], starts[0], [5, 6, 7], [starts[0], starts[0] + 1,
+                                       starts[0] + 1], tree_mask([-1, 0, 0])))
+        outs[name] = rows
+    for a, b in zip(outs["laid out"], outs["plain"]):
+        assert np.array_equal(a, b)
+    assert np.array_equal(laid_out.k, plain.k) and np.array_equal(laid_out.v, plain.v)
+    laid_out.k[1, 2, 3, 0, 4], laid_out.v[0, 5, 6, 1, 7] = 2.5, -1.5
+    assert laid_out.k[1, 2, 3, 0, 4] == 2.5 and laid_out.v[0, 5, 6, 1, 7] == -1.5
 
 
 def test_grouped_heads_and_head_per_kv_both_work():

@@ -342,8 +342,23 @@ class TinyLlama:
         np.savez(path, config_json=np.array(json.dumps(asdict(self.config))), **self.weights)
 
     def new_pool(self, num_blocks: int, block_tokens: int) -> KvPool:
+        """A pool for this model, its K/V stored as attention reads them. ``pool.k`` and ``pool.v``
+        are views with the pool's axes (layer, block, slot, K/V head, head dim), so every index
+        reads and writes what it would in any pool; in memory, a layer's keys hold (block, K/V
+        head, head dim, slot) and its values (K/V head, block, slot, head dim). The score gemm
+        takes one K/V head's keys as (head dim, slots) and the mix gemm its values as (slots, head
+        dim): a group's keys are then gathered in runs of a block's slots rather than one float at
+        a time, and its values straight into the gemm's operand (:class:`_Stored`). A pool whose
+        arrays cannot be replaced keeps its own, and attention lays them out itself."""
         c = self.config
-        return KvPool(num_blocks, block_tokens, c.n_layers, c.n_kv_heads, c.head_dim)
+        pool = KvPool(num_blocks, block_tokens, c.n_layers, c.n_kv_heads, c.head_dim)
+        keys = np.zeros((c.n_layers, num_blocks, c.n_kv_heads, c.head_dim, block_tokens), dtype=np.float32)
+        values = np.zeros((c.n_layers, c.n_kv_heads, num_blocks, block_tokens, c.head_dim), dtype=np.float32)
+        try:
+            pool.k, pool.v = keys.transpose(0, 1, 4, 2, 3), values.transpose(0, 2, 3, 1, 4)
+        except AttributeError:
+            pass
+        return pool
 
     def _rope_tables(self, top: int) -> tuple[np.ndarray, np.ndarray]:
         """cos and sin for positions ``0..top``, grown a fixed chunk at a time."""
@@ -511,7 +526,8 @@ class TinyLlama:
         cos, sin = cos[pos][:, None, :], sin[pos][:, None, :]
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
         at = gemm_rows((pos % GEMM_ROWS).tolist())
-        stacks = self._attention_stacks(pool, pos, plan)
+        stored = _Stored.of(pool)
+        stacks = self._attention_stacks(pool, pos, plan, gather_values=stored is None)
         x = self.weights["tok_emb"][ids]
         for layer, w in enumerate(self._layers):
             qkv = self._matmul(rmsnorm(x, w["attn_norm"], c.norm_eps), w["wqkv"], at)
@@ -523,7 +539,7 @@ class TinyLlama:
             q = q * np.float32(hd ** -0.5)
             att = np.empty((n, nh * hd), dtype=np.float32)
             for stack in stacks:
-                att[stack.rows] = self._attend(pool, layer, q[stack.rows], stack)
+                att[stack.rows] = self._attend(pool, layer, q[stack.rows], stack, stored)
             x = x + self._matmul(att, w["wo"], at)
             gate_up = self._matmul(rmsnorm(x, w["mlp_norm"], c.norm_eps), w["w_gate_up"], at)
             x = x + self._matmul(silu(gate_up[:, :c.hidden]) * gate_up[:, c.hidden:], w["w_down"], at)
@@ -538,7 +554,8 @@ class TinyLlama:
             return b.blocks_matmul(a, rows, self.threads, self._workers[1])
         return matmul(a, b, rows) if self.batch_invariant else a @ b
 
-    def _attention_stacks(self, pool: KvPool, pos: np.ndarray, plan: list) -> list["_Stack"]:
+    def _attention_stacks(self, pool: KvPool, pos: np.ndarray, plan: list,
+                          gather_values: bool) -> list["_Stack"]:
         """The pass's attention groups, those of one span stacked to run as one (tree groups,
         which move K/V, alone), each with its gemm layout and buffers, made once a pass: every
         layer refills them (fresh buffers of this size each layer cost the kernel page faults).
@@ -546,7 +563,9 @@ class TinyLlama:
         A stacked group's gemms are batch entries of their own, of one shape: where the rows are
         not free, every group keeps its slots and the stack has the most gemms any group needs;
         where they are, a group's rows run packed in the stack's gemms, whose height is the
-        largest any group needs (:func:`attention_rows_free`: the height does not matter)."""
+        largest any group needs (:func:`attention_rows_free`: the height does not matter).
+        ``gather_values``: the values are gathered into a buffer of their own first (a pool that
+        :meth:`new_pool` did not lay out, :class:`_Stored`)."""
         c = self.config
         nkv, hd, group = c.n_kv_heads, c.head_dim, c.n_heads // c.n_kv_heads
         bt = pool.block_tokens
@@ -587,12 +606,13 @@ class TinyLlama:
                               future.reshape(g, gemms, size, span),
                               _aligned_zeros((nkv, g, gemms, size, hd)),
                               _aligned_zeros((g * len(table), bt, nkv, hd)),
-                              _aligned_zeros((g * len(table), bt, nkv, hd)),
+                              _aligned_zeros((g * len(table), bt, nkv, hd)) if gather_values else None,
                               _aligned_zeros((nkv, g, 1, hd, span)), _aligned_zeros((nkv, g, 1, span, hd)),
                               _aligned_zeros((nkv, g, gemms, size, span)), _aligned_zeros((nkv, g, gemms, size, hd))))
         return out
 
-    def _attend(self, pool: KvPool, layer: int, q: np.ndarray, st: "_Stack") -> np.ndarray:
+    def _attend(self, pool: KvPool, layer: int, q: np.ndarray, st: "_Stack",
+                stored: "_Stored | None") -> np.ndarray:
         """Causal attention of the ``n`` rows of a stack of groups, each group over every slot of
         its table's blocks.
 
@@ -600,29 +620,68 @@ class TinyLlama:
         ``(blocks[i], slots[i])`` is read as if it sat at position ``to[i]`` (a tree path's nodes
         at their positions). Each (row, query head in group) sits at gemm row ``st.at`` of the
         stack's score and mix gemms, whose other operand is one K/V head of its group,
-        contiguous: ``keys`` (hd, span), ``values`` (span, hd).
+        contiguous: ``keys`` (hd, span), ``values`` (span, hd). ``stored``: the pool's K/V in the
+        layout :meth:`new_pool` gives them, or None; either way the gemms get the same operands.
         """
         c = self.config
         n, nkv, hd = q.shape[0], c.n_kv_heads, c.head_dim
         group = c.n_heads // nkv
         bt = pool.block_tokens
-        k, v = st.k, st.v
-        # the tables' ids were checked when the pass was planned: clip never clips
-        pool.k[layer].take(st.tables, axis=0, out=k, mode="clip")
-        pool.v[layer].take(st.tables, axis=0, out=v, mode="clip")
-        to, blocks, slots = st.moves
-        if to.size:
-            k[to // bt, to % bt] = pool.k[layer, blocks, slots]
-            v[to // bt, to % bt] = pool.v[layer, blocks, slots]
         g, span = st.keys.shape[1], st.keys.shape[-1]
-        np.copyto(st.keys[:, :, 0], k.reshape(g, span, nkv, hd).transpose(2, 0, 3, 1))
-        np.copyto(st.values[:, :, 0], v.reshape(g, span, nkv, hd).transpose(2, 0, 1, 3))
+        to, blocks, slots = st.moves
+        # the tables' ids were checked when the pass was planned: clip never clips
+        if stored is None:
+            k, v = st.k, st.v
+            pool.k[layer].take(st.tables, axis=0, out=k, mode="clip")
+            pool.v[layer].take(st.tables, axis=0, out=v, mode="clip")
+            if to.size:
+                k[to // bt, to % bt] = pool.k[layer, blocks, slots]
+                v[to // bt, to % bt] = pool.v[layer, blocks, slots]
+            np.copyto(st.keys[:, :, 0], k.reshape(g, span, nkv, hd).transpose(2, 0, 3, 1))
+            np.copyto(st.values[:, :, 0], v.reshape(g, span, nkv, hd).transpose(2, 0, 1, 3))
+        else:
+            k, v = st.k.reshape(-1, nkv, hd, bt), st.values.reshape(nkv, -1, bt, hd)
+            stored.keys[layer].take(st.tables, axis=0, out=k, mode="clip")
+            stored.values[layer].take(st.tables, axis=1, out=v, mode="clip")
+            if to.size:
+                k[to // bt, :, :, to % bt] = pool.k[layer, blocks, slots]
+                v[:, to // bt, to % bt] = pool.v[layer, blocks, slots].transpose(1, 0, 2)
+            nb = span // bt
+            np.copyto(st.keys.reshape(nkv, g, 1, hd, nb, bt)[:, :, 0],
+                      k.reshape(g, nb, nkv, hd, bt).transpose(2, 0, 3, 1, 4))
         # Query head h reads K/V head h // group; rows of one K/V head are (row, head in group).
         rows = st.q.reshape(nkv, -1, hd)
         rows[:, st.at] = q.reshape(n, nkv, group, hd).transpose(1, 0, 2, 3).reshape(nkv, n * group, hd)
         _attention(st.q, st.keys, st.values, st.future, st.scores, st.out)
         out = st.out.reshape(nkv, -1, hd)[:, st.at]
         return out.reshape(nkv, n, group, hd).transpose(1, 0, 2, 3).reshape(n, nkv * group * hd)
+
+
+@dataclass
+class _Stored:
+    """A pool's K/V as :meth:`TinyLlama.new_pool` stores them: ``keys`` (layer, block, K/V head,
+    head dim, slot) and ``values`` (layer, K/V head, block, slot, head dim), each the array its
+    view ``pool.k`` / ``pool.v`` was made from."""
+
+    keys: np.ndarray
+    values: np.ndarray
+
+    @staticmethod
+    def of(pool: KvPool) -> "_Stored | None":
+        """The pool's stores, where ``new_pool`` made its ``k`` and ``v`` (and nothing replaced them since)."""
+        keys, values = _viewed(pool.k, (0, 1, 4, 2, 3)), _viewed(pool.v, (0, 2, 3, 1, 4))
+        return None if keys is None or values is None else _Stored(keys, values)
+
+
+def _viewed(view: np.ndarray, axes: tuple[int, ...]) -> np.ndarray | None:
+    """The C-contiguous array ``view`` is ``store.transpose(axes)`` of, or None."""
+    store = view.base
+    if store is None or store.ndim != len(axes) or not store.flags.c_contiguous:
+        return None
+    as_view = store.transpose(axes)
+    same = (as_view.shape == view.shape and as_view.strides == view.strides
+            and as_view.__array_interface__["data"][0] == view.__array_interface__["data"][0])
+    return store if same else None
 
 
 @dataclass
@@ -636,7 +695,7 @@ class _Stack:
     future: np.ndarray
     q: np.ndarray
     k: np.ndarray
-    v: np.ndarray
+    v: np.ndarray | None
     keys: np.ndarray
     values: np.ndarray
     scores: np.ndarray
