@@ -283,6 +283,7 @@ class TinyLlama:
         # lets go of the GIL); every block is still the same gemm, so the bits do not change.
         self.threads = 1
         self._workers: tuple[int, ThreadPoolExecutor | None] = (1, None)
+        self._scratch = _Scratch()
         missing = sorted(set(expected) - set(weights))
         extra = sorted(set(weights) - set(expected))
         if missing or extra:
@@ -527,6 +528,7 @@ class TinyLlama:
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
         at = gemm_rows((pos % GEMM_ROWS).tolist())
         stored = _Stored.of(pool)
+        self._scratch.reset()
         stacks = self._attention_stacks(pool, pos, plan, gather_values=stored is None)
         x = self.weights["tok_emb"][ids]
         for layer, w in enumerate(self._layers):
@@ -599,16 +601,18 @@ class TinyLlama:
                 future[i, place] = np.repeat(np.arange(span)[None, :] > pos[rows][:, None], group, axis=0)
             g = len(members)
             _, table, moved_to, from_blocks, from_slots, _ = members[0]
+            carve = self._scratch.carve
+            queries = carve((nkv, g, gemms, size, hd))
+            queries.fill(0)  # the rows no (row, query head) sits at stay zero
             out.append(_Stack(np.concatenate([m[0] for m in members]),
                               np.array([m[1] for m in members], dtype=np.int64).ravel(),
                               (moved_to, from_blocks, from_slots),
                               np.concatenate([i * per + place for i, place in enumerate(places)]),
-                              future.reshape(g, gemms, size, span),
-                              _aligned_zeros((nkv, g, gemms, size, hd)),
-                              _aligned_zeros((g * len(table), bt, nkv, hd)),
-                              _aligned_zeros((g * len(table), bt, nkv, hd)) if gather_values else None,
-                              _aligned_zeros((nkv, g, 1, hd, span)), _aligned_zeros((nkv, g, 1, span, hd)),
-                              _aligned_zeros((nkv, g, gemms, size, span)), _aligned_zeros((nkv, g, gemms, size, hd))))
+                              future.reshape(g, gemms, size, span), queries,
+                              carve((g * len(table), bt, nkv, hd)),
+                              carve((g * len(table), bt, nkv, hd)) if gather_values else None,
+                              carve((nkv, g, 1, hd, span)), carve((nkv, g, 1, span, hd)),
+                              carve((nkv, g, gemms, size, span)), carve((nkv, g, gemms, size, hd))))
         return out
 
     def _attend(self, pool: KvPool, layer: int, q: np.ndarray, st: "_Stack",
@@ -655,6 +659,32 @@ class TinyLlama:
         _attention(st.q, st.keys, st.values, st.future, st.scores, st.out)
         out = st.out.reshape(nkv, -1, hd)[:, st.at]
         return out.reshape(nkv, n, group, hd).transpose(1, 0, 2, 3).reshape(n, nkv * group * hd)
+
+
+class _Scratch:
+    """The attention stacks' buffers, carved from one aligned array kept from pass to pass: once it
+    has grown to a pass's size, a pass allocates nothing, and its buffers sit where the last pass's
+    did (pages mapped, often in cache). Every buffer but the queries, which are zeroed, is written
+    whole before it is read, and none outlives its pass (:meth:`TinyLlama._attend` returns a copy)."""
+
+    def __init__(self) -> None:
+        self.array = _aligned_zeros((0,))
+        self.used = 0
+
+    def reset(self) -> None:
+        """A new pass: the last pass's buffers are free again."""
+        self.used = 0
+
+    def carve(self, shape: tuple[int, ...]) -> np.ndarray:
+        """An uninitialised float32 buffer of ``shape`` starting on an ``_ALIGN``-byte boundary. An
+        array too small for the pass is replaced by one twice as large; what was carved from the
+        old one stays valid (it keeps the old array alive)."""
+        size, step = math.prod(shape), _ALIGN // 4
+        start = -(-self.used // step) * step
+        if start + size > self.array.size:
+            self.array, start = _aligned_zeros((2 * (start + size),)), 0
+        self.used = start + size
+        return self.array[start:start + size].reshape(shape)
 
 
 @dataclass

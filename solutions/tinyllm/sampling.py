@@ -66,9 +66,10 @@ def _check_logits(logits) -> np.ndarray:
     x = np.asarray(logits)
     if x.ndim != 1 or x.shape[0] == 0:
         raise ValueError(f"logits must be a non-empty 1-D array, got shape {x.shape}")
-    if np.isnan(x).any() or np.isposinf(x).any():
+    top = float(x.max())  # NaN if any is NaN, else +inf if any is +inf, -inf if none is finite: one pass
+    if math.isnan(top) or top == math.inf:
         raise ValueError("logits must not contain NaN or +inf")
-    if not np.isfinite(x).any():
+    if top == -math.inf:
         raise ValueError("logits must have at least one finite value")
     return x
 
