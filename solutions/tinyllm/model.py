@@ -559,8 +559,8 @@ class TinyLlama:
     def _attention_stacks(self, pool: KvPool, pos: np.ndarray, plan: list,
                           gather_values: bool) -> list["_Stack"]:
         """The pass's attention groups, those of one span stacked to run as one (tree groups,
-        which move K/V, alone), each with its gemm layout and buffers, made once a pass: every
-        layer refills them (fresh buffers of this size each layer cost the kernel page faults).
+        which move K/V, alone), each with its gemm layout and buffers, carved once a pass from the
+        model's :class:`_Scratch`: every layer refills them.
 
         A stacked group's gemms are batch entries of their own, of one shape: where the rows are
         not free, every group keeps its slots and the stack has the most gemms any group needs;
