@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,10 @@ def test_new_pool_layout_reads_as_any_pool_and_gives_its_bits(model, seed):
     assert np.array_equal(laid_out.k, plain.k) and np.array_equal(laid_out.v, plain.v)
     laid_out.k[1, 2, 3, 0, 4], laid_out.v[0, 5, 6, 1, 7] = 2.5, -1.5
     assert laid_out.k[1, 2, 3, 0, 4] == 2.5 and laid_out.v[0, 5, 6, 1, 7] == -1.5
+    # a pool that crossed a process boundary (an isolated check pickles it): its arrays' base is a
+    # bytes object, and it takes the other path to the same bits
+    copied = pickle.loads(pickle.dumps(laid_out))
+    assert np.array_equal(model.forward(copied, *map(list, zip(*fed))), model.forward(laid_out, *map(list, zip(*fed))))
 
 
 def test_grouped_heads_and_head_per_kv_both_work():

@@ -50,17 +50,19 @@ def test_a_hang_at_import_is_bounded_by_the_test_timeout(tmp_path):
     assert ran.seconds < 30, f"the check took {ran.seconds:.1f} s"
 
 
-def test_an_isolated_check_grades_the_module_alone(tmp_path):
-    """A workspace holding every module: the isolated check takes the modules L10.9 needs from the
-    reference (the given model writes K/V into a KvPool, which must live beside it), and says so."""
+@pytest.mark.parametrize("module,file,tests", [("L10.9", "trees.py", 17), ("L10.10", "serve.py", 13)])
+def test_an_isolated_check_grades_the_module_alone(tmp_path, module, file, tests):
+    """A workspace holding every module: the isolated check takes the modules the graded one needs
+    from the reference (the given model writes K/V into a KvPool, which must live beside it), says
+    so, and passes the reference's file (its pools cross to the learner's process and back)."""
     ws = tmp_path / "ws"
-    for module in ("L10.1", "L10.8", "L10.9"):
-        assert ol("start", module, "--workspace", str(ws)).code == 0
-    put_reference(ws, "pcg32.py", "sampling.py", "kvpool.py", "spec.py", "trees.py")
-    ran = ol("check", "L10.9", "--isolate", workspace=ws, limit=300)
+    for started in ("L10.1", "L10.8", module):
+        assert ol("start", started, "--workspace", str(ws)).code == 0
+    put_reference(ws, "pcg32.py", "sampling.py", "kvpool.py", "spec.py", file)
+    ran = ol("check", module, "--isolate", workspace=ws, limit=300)
     assert ran.code == 0, ran.text
-    assert "17 of 17 tests passed" in ran.out, ran.out
-    assert "tinyllm/kvpool.py    reference (L10.1, isolated: L10.9 alone is graded)" in ran.out, ran.out
+    assert f"{tests} of {tests} tests passed" in ran.out, ran.out
+    assert f"tinyllm/kvpool.py    reference (L10.1, isolated: {module} alone is graded)" in ran.out, ran.out
 
 
 # The learner's code shares a process with its end of the judge's socket and can write to it.

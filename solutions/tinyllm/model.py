@@ -705,8 +705,8 @@ class _Stored:
 
 def _viewed(view: np.ndarray, axes: tuple[int, ...]) -> np.ndarray | None:
     """The C-contiguous array ``view`` is ``store.transpose(axes)`` of, or None."""
-    store = view.base
-    if store is None or store.ndim != len(axes) or not store.flags.c_contiguous:
+    store = view.base  # None, another array, or a buffer (bytes: an array unpickled from them)
+    if not isinstance(store, np.ndarray) or store.ndim != len(axes) or not store.flags.c_contiguous:
         return None
     as_view = store.transpose(axes)
     same = (as_view.shape == view.shape and as_view.strides == view.strides
