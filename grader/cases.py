@@ -31,7 +31,8 @@ FLOAT_TOLERANCE = 1e-9
 MESSAGE_LIMIT = 1800
 CALL_LIMIT = 600
 ANSWER_LIMIT = 400   # an answer's line; the message keeps room for where they part and the rule
-ANSWER_CLIPPED = " ... (ol diff -k TEST shows it whole)"
+CALL_CLIPPED = " ... (ol diff -k {test} shows the whole call)"
+ANSWER_CLIPPED = " ... (ol diff -k {test} shows it whole)"
 
 LAW_P_VALUE = 1e-4
 
@@ -121,7 +122,7 @@ def check(cases: list[Case], what: str = "case") -> list[Answer]:
     finally:
         _record(cases, answers)
     if failing:
-        raise AssertionError(failure_message(failing, len(cases), what))
+        raise AssertionError(failure_message(failing, len(cases), what, _current_test() or "TEST"))
     return answers
 
 
@@ -129,7 +130,7 @@ def _record(cases: list[Case], answers: list[Answer]) -> None:
     """Leave the answers where ``ol check`` asked (``OL_ANSWERS_DIR``), as the case worker writes them;
     a stub's NotImplementedError stops the list short, and then nothing is written."""
     folder = os.environ.get(ANSWERS_ENV)
-    test = os.environ.get("PYTEST_CURRENT_TEST", "").split("::")[-1].split(" ")[0].removeprefix("test_")
+    test = _current_test()
     if not folder or not test or len(answers) != len(cases):
         return
     entry = {"cases": [{"label": c.label, "call": c.call, "compare": c.compare, "answer": a}
@@ -147,17 +148,24 @@ def plural(noun: str) -> str:
     return noun + ("es" if noun.endswith(("s", "sh", "ch", "x")) else "s")
 
 
-def failure_message(failing: list[tuple[Case, Answer, str]], total: int, what: str = "case") -> str:
-    """The headline (which case, how many), then the case: call, expected, yours, where, rule."""
+def _current_test() -> str:
+    """The running test's catalog name (the pytest function without ``test_``), or ""."""
+    return os.environ.get("PYTEST_CURRENT_TEST", "").split("::")[-1].split(" ")[0].removeprefix("test_")
+
+
+def failure_message(failing: list[tuple[Case, Answer, str]], total: int, what: str = "case",
+                    test: str = "TEST") -> str:
+    """The headline (which case, how many), then the case: call, expected, yours, where, rule;
+    what is clipped names ``test`` for ``ol diff -k``."""
     case, got, problem = failing[0]
     if total > 1:
         head = f"{what} {case.label!r}: {len(failing)} of {total} {plural(what)} fail; the first:"
     else:
         head = f"{what} {case.label!r} fails:"
-    lines = [head, f"  call:     {clip(case.call)}"]
+    lines = [head, f"  call:     {clip(case.call, test=test)}"]
     if case.expected is not None:
-        lines.append(f"  expected: {clip(case.shown(case.expected), ANSWER_LIMIT, ANSWER_CLIPPED)}")
-    lines.append(f"  yours:    {clip(case.shown(in_order_of(got, case.expected)), ANSWER_LIMIT, ANSWER_CLIPPED)}")
+        lines.append(f"  expected: {clip(case.shown(case.expected), ANSWER_LIMIT, ANSWER_CLIPPED, test)}")
+    lines.append(f"  yours:    {clip(case.shown(in_order_of(got, case.expected)), ANSWER_LIMIT, ANSWER_CLIPPED, test)}")
     if problem:
         lines.append(f"  {problem}")
     if case.rule:
@@ -166,9 +174,10 @@ def failure_message(failing: list[tuple[Case, Answer, str]], total: int, what: s
     return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT - 3] + "..."
 
 
-def clip(text: str, width: int = CALL_LIMIT, what: str = " ... (ol diff -k TEST shows the whole call)") -> str:
-    """A call or an answer too long to read in a terminal (big arrays): its start, and where to see it whole."""
-    return text if len(text) <= width else text[:width] + what
+def clip(text: str, width: int = CALL_LIMIT, what: str = CALL_CLIPPED, test: str = "TEST") -> str:
+    """A call or an answer too long to read in a terminal (big arrays): its start, and where to see
+    it whole (``what``, naming ``test``)."""
+    return text if len(text) <= width else text[:width] + what.format(test=test)
 
 
 def in_order_of(answer: Answer, like: Any) -> Answer:
@@ -377,11 +386,26 @@ def brief(value: Any, limit: int = 16) -> str:
 
 def with_place(message: str, err: BaseException) -> str:
     """``message`` and where the package under test raised ``err`` ("(tinyllm/serve.py, line 289)"),
-    as an isolated check's learner process reports it, unless the message says so already."""
-    where = where_in_package(err.__traceback__)
+    as an isolated check's learner process reports it, unless the message says so already. Raised
+    in a test's own code, it is the test's line: reading what the learner's code returned (a tuple
+    where the card says ``Verified``), the test raised, not the learner's code."""
+    where = where_in_package(err.__traceback__) or _in_tests(err.__traceback__)
     if where is None or _WHERE.search(message):
         return message
     return f"{message} ({where})" if message else f"({where})"
+
+
+def _in_tests(tb) -> str | None:
+    """``in the test's code, on what yours gave it: course/tests/test_l10_8.py, line 380`` for the
+    innermost frame of a traceback in the graded suites' folder, if any."""
+    where = None
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+        if "/course/tests/" in path:
+            where = (f"in the test's code, on what yours gave it: course/tests/{path.rsplit('/course/tests/', 1)[1]}, "
+                     f"line {tb.tb_lineno}")
+        tb = tb.tb_next
+    return where
 
 
 def answer_text(answer: Answer, limit: int = 16, reference: bool = False) -> str:

@@ -61,7 +61,14 @@ def test_a_raised_answer_says_where_the_package_under_test_raised(tmp_path):
     try:
         raise KeyError("x")
     except KeyError as err:
-        assert with_place("x", err) == "x"    # raised outside the package: nothing added
+        assert with_place("x", err) == "x"    # raised outside the package and the suites: nothing added
+    # a test's own code raising on what the learner's returned (a tuple where the card says Verified)
+    code = compile("def g(v):\n    return v.tokens\n", "/repo/course/tests/test_l10_8.py", "exec")
+    exec(code, space)
+    answer = Case("c", "g(())", lambda: space["g"](())).answer()
+    assert answer["message"] == ("'tuple' object has no attribute 'tokens' (in the test's code, on what yours gave "
+                                 "it: course/tests/test_l10_8.py, line 2)")
+    assert message_shape(answer["message"]) == "'tuple' object has no attribute 'tokens'"
 
 
 def test_messages_show_the_course_and_workspace_relative_only_where_a_path_starts():

@@ -384,7 +384,8 @@ def generation(target, cfg, prompt, params, seed, max_new, eos):
 
 def generation_text(target: str, cfg: SpecConfig, prompt, params, seed, max_new, eos) -> str:
     return (f"target = {target}; g = generate(target, SpecConfig(Draft.{cfg.draft.name}, {cfg.k}), {list(prompt)!r}, "
-            f"{params_text(params)}, {seed}, {max_new}, {list(eos)!r})   # TableTarget: course/tests/fakes.py (ol shell has it)")
+            f"{params_text(params)}, {seed}, {max_new}, {list(eos)!r})   # {target.split('(')[0]}: course/tests/fakes.py "
+            "(ol shell has it)")
 
 
 def greedy_judge(want_tokens, budget, passes_rule):
@@ -625,8 +626,7 @@ def rolled_back(fills, keep, block_tokens=4):
 
 
 def rollback_case(label, fills, keep, want):
-    text = (f"pool = KvPool(8, 4); table = filled_table(pool, {fills}); rollback(pool, table, {keep}); "
-            "(table, [pool.fill(b) for b in table], pool.num_free())   # filled_table: course/tests/test_l10_8.py (ol shell has it)")
+    text = f"rolled_back({fills}, {keep})   # rolled_back() in course/tests/test_l10_8.py (ol shell has it)"
     return Case(label, text, lambda: rolled_back(fills, keep), want, ROLLBACK_RULE)
 
 

@@ -11,7 +11,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from grader.cases import RAISES, alike, answer_text, first_difference, graded_alike, is_raise, without_place
+from grader.cases import RAISES, alike, answer_text, brief, first_parting, graded_alike, is_raise, without_place
 from grader.child.case_worker import STUB
 from grader.core.errors import UsageError
 from grader.layout import assemble
@@ -97,9 +97,10 @@ def _show(test: str, reference: dict | None, yours: dict | None, shown: int) -> 
         print(f"    call:      {ref['call']}")
         print(f"    reference: {answer_text(ref['answer'], 24, reference=True)}")
         print(f"    yours:     {answer_text(mine['answer'], 24)}")
-        where = None if ref["compare"] != "exact" or is_raise(mine["answer"]) else first_difference(ref["answer"], mine["answer"])
-        if where:
-            print(f"    they part at {where}")
+        parting = None if ref["compare"] != "exact" or is_raise(mine["answer"]) else first_parting(ref["answer"], mine["answer"])
+        if parting and parting[0]:
+            where, theirs, yours = parting
+            print(f"    they part at {where}: the reference {brief(theirs)}, yours {brief(yours)}")
     print(f"  Besides, {_worded_note(worded, 'cases' if len(worded) > 1 else 'case')}\n" if worded else "")
     return True
 

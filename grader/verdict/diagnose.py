@@ -135,17 +135,24 @@ class Diagnosis:
         ranked = self.ranked()
         lines = [self._hint(pitfall, agree) for pitfall, agree in ranked]
         explained = {test for _, agree in ranked for test in agree}
-        for d in self.tests.values():
-            if d.diagnosable and d.test not in explained:
-                head = (f"Not a named pitfall: in {d.test} no pitfall of {_ids(self.module)} gives your answers "
-                        f"(yours differs from the reference's on {_cases_where(d.differing, d.cases)}). "
-                        f"First differing case {d.first.label!r}")
-                if _shows(shown and shown.get(d.test), d.first):
-                    lines.append(f"{head}: the one shown above.")
-                    continue
-                lines.append(f"{head}:")
-                lines += [f"    call:      {clip(d.first.call)}", f"    reference: {d.first.reference}",
-                          f"    yours:     {d.first.yours}"]
+        unnamed = [d for d in self.tests.values() if d.diagnosable and d.test not in explained]
+        above = [d for d in unnamed if _shows(shown and shown.get(d.test), d.first, d.test)]
+        if len(above) > 1:  # one mistake failing many tests: one line, not one a test
+            lines.append(f"Not a named pitfall: in {', '.join(d.test for d in above)} no pitfall of "
+                         f"{_ids(self.module)} gives your answers; each test's first differing case is the one "
+                         "shown above.")
+        for d in unnamed:
+            if len(above) > 1 and d in above:
+                continue
+            head = (f"Not a named pitfall: in {d.test} no pitfall of {_ids(self.module)} gives your answers "
+                    f"(yours differs from the reference's on {_cases_where(d.differing, d.cases)}). "
+                    f"First differing case {d.first.label!r}")
+            if d in above:
+                lines.append(f"{head}: the one shown above.")
+                continue
+            lines.append(f"{head}:")
+            lines += [f"    call:      {clip(d.first.call, test=d.test)}", f"    reference: {d.first.reference}",
+                      f"    yours:     {d.first.yours}"]
         return lines
 
     def _hint(self, pitfall: Pitfall, agree: list[str]) -> str:
@@ -157,12 +164,12 @@ class Diagnosis:
                 f"other {right} (where yours is right too). Symptom: {pitfall.symptom}.")
 
 
-def _shows(message: str | None, case: CaseView) -> bool:
-    """Whether a test's failure message (:func:`grader.cases.failure_message`) shows ``case``: its
-    headline names the case and the message holds its call."""
+def _shows(message: str | None, case: CaseView, test: str) -> bool:
+    """Whether ``test``'s failure message (:func:`grader.cases.failure_message`) shows ``case``:
+    its headline names the case and the message holds its call."""
     if not message:
         return False
-    return repr(case.label) in message.split("\n", 1)[0] and clip(case.call) in message
+    return repr(case.label) in message.split("\n", 1)[0] and clip(case.call, test=test) in message
 
 
 def has_cases(module: Module) -> bool:
