@@ -74,7 +74,7 @@ class _Guarded(Channel):
     read as longer than ``MAX_FRAME`` (junk read as a length), before or after decompression,
     ends the session at once; and while the judge waits for the rest of a frame, ``watch`` (the
     running clock's check) has its turn every ``SLICE`` seconds, so half a frame cannot hold the
-    judge past the test's time."""
+    judge past the test's time, and is named as what stopped it."""
 
     def __init__(self, stream: SocketStream) -> None:
         super().__init__(stream)
@@ -84,7 +84,7 @@ class _Guarded(Channel):
         length, compressed = self.FRAME_HEADER.unpack(self._read(self.FRAME_HEADER.size))
         if length > MAX_FRAME:
             raise _garbled()
-        data = self._read(length + len(self.FLUSHER))[:-len(self.FLUSHER)]
+        data = self._read(length + len(self.FLUSHER), partway=True)[:-len(self.FLUSHER)]
         if not compressed:
             return data
         inflate = zlib.decompressobj()
@@ -93,11 +93,11 @@ class _Guarded(Channel):
             raise _garbled()
         return data
 
-    def _read(self, count: int) -> bytes:
+    def _read(self, count: int, partway: bool = False) -> bytes:
         chunks = []
         while count > 0:
             if not self.stream.poll(SLICE):
-                self.watch()
+                self._wait(partway or bool(chunks))
                 continue
             chunk = self.stream.sock.recv(min(count, SocketStream.MAX_IO_CHUNK))
             if not chunk:
@@ -105,6 +105,16 @@ class _Guarded(Channel):
             chunks.append(chunk)
             count -= len(chunk)
         return b"".join(chunks)
+
+    def _wait(self, partway: bool) -> None:
+        try:
+            self.watch()
+        except LearnerTimedOut:
+            if not partway:
+                raise
+            # rpyc writes a frame whole: one stopped halfway was written by the learner's code.
+            raise LearnerGone("the process running the code under test stopped partway through a message "
+                              "to the judge") from None
 
 
 def _unwatched() -> None:
