@@ -84,17 +84,29 @@ def test_uneven_chunks_and_mixed_sequences_equal_one_at_a_time(model):
 
 @pytest.mark.parametrize("packed", [True, False], ids=["attention rows packed as probed", "16-row slots"])
 def test_stacked_attention_groups_equal_one_at_a_time(model, monkeypatch, packed):
-    # Three sequences in one pass: two at one block count feeding 1 and 6 rows (one stack of groups
-    # of two heights), the third a block further on (a stack of its own).
+    # Four sequences in one pass: three at one block count feeding 1, 6 and 1 rows, the fourth a
+    # block further on. Packed, the one-row groups share a stack and the 6-row group has its own
+    # (a stack's gemms are as tall as its tallest group's); in 16-row slots every group of a span
+    # shares one.
     if not packed:
         monkeypatch.setattr("tinyllm.model.attention_rows_free", lambda *shape: False)
-    seqs = [IDS, IDS[::-1], IDS[5:] + IDS[:5]]
+    stacked = []
+    stacks_of = TinyLlama._attention_stacks
+
+    def counted(self, *args, **kwargs):
+        stacks = stacks_of(self, *args, **kwargs)
+        stacked.append(sorted(len(stack.rows) for stack in stacks))
+        return stacks
+
+    monkeypatch.setattr(TinyLlama, "_attention_stacks", counted)
+    seqs = [IDS, IDS[::-1], IDS[5:] + IDS[:5], IDS[10:] + IDS[:10]]
     alone = [one_at_a_time(model, s) for s in seqs]
-    pool = model.new_pool(48, 8)
-    tables = [list(range(16 * i, 16 * i + 16)) for i in range(3)]
-    starts, counts = (20, 18, 29), (1, 6, 3)
+    pool = model.new_pool(64, 8)
+    tables = [list(range(16 * i, 16 * i + 16)) for i in range(4)]
+    starts, counts = (20, 18, 29, 22), (1, 6, 3, 1)
     for s, table, start in zip(seqs, tables, starts):
         model.forward(pool, [table] * start, list(range(start)), s[:start])
+    stacked.clear()
     fed_tables, positions, ids = [], [], []
     for s, table, start, n in zip(seqs, tables, starts, counts):
         fed_tables += [table] * n
@@ -103,6 +115,7 @@ def test_stacked_attention_groups_equal_one_at_a_time(model, monkeypatch, packed
     out = model.forward(pool, fed_tables, positions, ids)
     expected = np.concatenate([a[start:start + n] for a, start, n in zip(alone, starts, counts)])
     assert np.array_equal(out, expected)
+    assert stacked == [[2, 3, 6] if packed else [3, 8]]
 
 
 @pytest.mark.parametrize("seed", range(3))

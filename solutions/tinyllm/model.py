@@ -559,8 +559,9 @@ class TinyLlama:
     def _attention_stacks(self, pool: KvPool, pos: np.ndarray, plan: list,
                           gather_values: bool) -> list["_Stack"]:
         """The pass's attention groups, those of one span stacked to run as one (tree groups,
-        which move K/V, alone), each with its gemm layout and buffers, carved once a pass from the
-        model's :class:`_Scratch`: every layer refills them.
+        which move K/V, alone; where rows run packed, one-row groups and groups filling more
+        gemms in stacks of their own), each with its gemm layout and buffers, carved once a pass
+        from the model's :class:`_Scratch`: every layer refills them.
 
         A stacked group's gemms are batch entries of their own, of one shape: where the rows are
         not free, every group keeps its slots and the stack has the most gemms any group needs;
@@ -571,14 +572,23 @@ class TinyLlama:
         c = self.config
         nkv, hd, group = c.n_kv_heads, c.head_dim, c.n_heads // c.n_kv_heads
         bt = pool.block_tokens
-        by_span: dict[int, list] = {}
+        by_key: dict[tuple[int, int, bool], list] = {}
         stacks = []
         for entry in plan:
             if entry[2].size:
                 stacks.append([entry])
+                continue
+            rows, span = len(entry[0]), len(entry[1])
+            if self.batch_invariant and attention_rows_free(nkv, hd, span * bt):
+                # A stack's gemms are as tall as its tallest group's: a request decoding one row
+                # would pay for a neighbour's whole draft (1.9x the rows' work under the adaptive
+                # policy at B = 32 on the tiny llama), so one-row groups stack apart, and groups
+                # filling more gemms apart from fewer. The height does not change a row's bits.
+                key = (span, -(-rows * group // GEMM_ROWS), rows == 1)
             else:
-                by_span.setdefault(len(entry[1]), []).append(entry)
-        stacks += list(by_span.values())
+                key = (span, 0, False)
+            by_key.setdefault(key, []).append(entry)
+        stacks += list(by_key.values())
         out = []
         for members in stacks:
             span = len(members[0][1]) * bt
