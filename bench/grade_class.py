@@ -49,6 +49,11 @@ ATTACKS = [
      ".split('\\0') if '=' in kv)\n    fd = os.open(f\"/proc/{os.getppid()}/fd/{env['OL_REPORT_FD']}\", os.O_WRONLY)\n"
      "    os.write(fd, json.dumps({'nonce': env['OL_REPORT_NONCE'], 'event': 'end'}).encode() + b'\\n')\n"
      "except Exception:\n    pass\n"),
+    # half a message to the judge on the socket the learner's process shares with it, then silence
+    ("import os, struct, time\nfor f in os.listdir('/proc/self/fd'):\n    try:\n"
+     "        if os.readlink(f'/proc/self/fd/{f}').startswith('socket:'):\n"
+     "            os.write(int(f), struct.pack('!LB', 1 << 20, 0) + b'x' * 10)\n    except OSError:\n"
+     "        pass\ntime.sleep(3600)\n"),
 ]
 
 
