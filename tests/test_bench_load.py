@@ -141,3 +141,19 @@ def test_a_table_that_prices_no_row_says_the_rule_does_not_apply():
                                                                             "rule in rows does not apply")
     priced = load.CostTable((1e-3, 2e-3), 1e-5, 1e-4)
     assert "under" in load.turning_text(priced, load.break_even_rows(priced, 3.0, 8.0))
+
+
+def test_where_a_static_k_falls_below_plain_is_found_on_every_workload():
+    """The summary line's crossover is code-edit's; the facts keep each workload's, so a workload
+    where speculation costs (low acceptance) is reported even where code-edit has none."""
+    vs_plain = {("code-edit", 1): 2.0, ("code-edit", 16): 1.13, ("shift", 1): 1.5, ("shift", 16): 0.87}
+    rows = [{"workload": name, "B": b, "policy": policy, "tokens_per_s": 100.0, "tokens_per_s_repeats": [100.0],
+             "vs_plain": 1.0 if policy in ("off", load.CONTROL) else vs_plain[name, b] - (k == 8) * 0.1,
+             "blocks_per_token": 1.0}
+            for name in ("code-edit", "shift") for b in (1, 16)
+            for policy, k in [("off", 0), (load.CONTROL, 0), ("adaptive", 0)] + [(f"k={k}", k) for k in load.STATIC]]
+    line, facts = load.summary(rows, [1, 16])
+    assert facts["static_below"] == {}
+    assert facts["static_below_by_workload"]["shift"] == {str(k): (16, pytest.approx(0.77 if k == 8 else 0.87))
+                                                          for k in load.STATIC}
+    assert line.startswith("load: static k=8 below plain from B=none (worst 1.03x)")
