@@ -603,21 +603,20 @@ class TinyLlama:
             else:
                 gemms, size = max(int(at.max()) // GEMM_ROWS + 1 for *_, at in members), GEMM_ROWS
                 places = [at for *_, at in members]
-            per = gemms * size
+            per, g = gemms * size, len(members)
+            rows = np.concatenate([m[0] for m in members])
+            # each (row, query head): its group in the stack and its gemm row there
+            member, place = np.repeat(np.arange(g), counts), np.concatenate(places)
             # The slots past each (row, query head)'s position, at its gemm row; free rows see every
             # slot (their scores are zeros: no -inf row, no NaN).
-            future = np.zeros((len(members), per, span), dtype=bool)
-            for i, ((rows, *_), place) in enumerate(zip(members, places)):
-                future[i, place] = np.repeat(np.arange(span)[None, :] > pos[rows][:, None], group, axis=0)
-            g = len(members)
+            future = np.zeros((g, per, span), dtype=bool)
+            future[member, place] = np.arange(span)[None, :] > np.repeat(pos[rows], group)[:, None]
             _, table, moved_to, from_blocks, from_slots, _ = members[0]
             carve = self._scratch.carve
             queries = carve((nkv, g, gemms, size, hd))
             queries.fill(0)  # the rows no (row, query head) sits at stay zero
-            out.append(_Stack(np.concatenate([m[0] for m in members]),
-                              np.array([m[1] for m in members], dtype=np.int64).ravel(),
-                              (moved_to, from_blocks, from_slots),
-                              np.concatenate([i * per + place for i, place in enumerate(places)]),
+            out.append(_Stack(rows, np.array([m[1] for m in members], dtype=np.int64).ravel(),
+                              (moved_to, from_blocks, from_slots), member * per + place,
                               future.reshape(g, gemms, size, span), queries,
                               carve((g * len(table), bt, nkv, hd)),
                               carve((g * len(table), bt, nkv, hd)) if gather_values else None,
