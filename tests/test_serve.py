@@ -343,6 +343,31 @@ def test_lookup_match_is_the_lookup_with_the_length_it_matched():
     assert lookup_match([1, 2, 3], 2) == (0, [])
 
 
+def test_a_server_looks_a_draft_up_once_a_step_and_never_for_another_server(tiny, monkeypatch):
+    """The adaptive policy looks each request's draft up before it chooses k, and the step's drafter
+    call finds that lookup instead of making another; servers on the same prompts in one process
+    each make their own (bench/load.py times one server per policy: a lookup one made and another
+    reused would be timed in the first only)."""
+    import tinyllm.serve as serve
+
+    calls = []
+    monkeypatch.setattr(serve, "prompt_lookup", lambda ctx, *args: calls.append(args) or prompt_lookup(ctx, *args))
+    servers = [Server(tiny, tiny.new_pool(64, 16), policy, cost=CHEAP)
+               for policy in (Policy("adaptive"), Policy("adaptive"), Policy("static", 4))]
+    for server in servers:
+        server.submit(list(TEXTS[0].encode()), max_new=30)
+        server.step()  # the prompt: the adaptive policy looks nothing up yet
+        for n in MATCHES:
+            server.pooled_matched[n].rates = [0.99] * MAX_DRAFT
+    r = servers[0].running[0]
+    n, _ = lookup_match(r.prompt + r.out.tokens, MAX_DRAFT)  # every server's request has this context now
+    for server in servers:
+        calls.clear()
+        report = server.step()
+        assert list(report.ks.values()) > [0], "a request whose pool is sure drafts"
+        assert len(calls) == MATCHES.index(n) + 1, f"{server.policy}: {calls} (one lookup tries n = 3 down to {n})"
+
+
 def test_adaptive_reads_the_estimate_of_the_length_its_lookup_matched(tiny):
     """With the default drafter a request's lane holds the estimate of its lookup's match length
     (the pool's, until it has drafted after one of that length) and its draft's length as cap;

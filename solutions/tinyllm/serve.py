@@ -19,8 +19,8 @@ is the plain path: no drafter call, no extra row (the adaptive policy looks a dr
 # BEGIN PROMPT
 # Given: MAX_DRAFT, PRIOR, WEIGHT, POOL_WEIGHT, EXPLORE, FADE, BANK_RATE, BANK_LIMIT, MATCHES, lookup_match,
 # lookup_drafter, Acceptance, CostTable, profile, Policy, Lane, fed_positions, slot_rows, faded, widen, trim, Bank,
-# Request, StepReport, and in Server: the constructor, submit, idle, run, _share_prefix, _lanes, _settle, _explore,
-# _set_fills and _offer_prompt. Yours:
+# Request, StepReport, and in Server: the constructor, submit, idle, run, _share_prefix, _lanes, _lookup, _settle,
+# _explore, _set_fills and _offer_prompt. Yours:
 # the eleven functions that raise NotImplementedError, starting with observe; write them in the order of the list at
 # the top of the card's section 2.
 # ol tests L10.10 lists the tests, ol check L10.10 grades them.
@@ -29,7 +29,6 @@ is the plain path: no drafter call, no extra row (the adaptive policy looks a dr
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Callable, Sequence
 
 import numpy as np
@@ -53,25 +52,17 @@ MATCHES = (3, 2, 1)  # the n-gram lengths the default drafter's lookup tries, lo
 Drafter = Callable[[Sequence[int], int], list[int]]
 
 
-@lru_cache(maxsize=256)
-def _looked_up(ctx: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
-    for n in MATCHES:
-        draft = prompt_lookup(list(ctx), MAX_DRAFT, n, n)  # a list, as the loop passes: L10.8's lookup may compare lists
-        if draft:
-            return n, tuple(draft)
-    return 0, ()
-
-
 def lookup_match(ctx: Sequence[int], k: int) -> tuple[int, list[int]]:
     """L10.8's prompt lookup (n-grams 3 down to 1) and the ``n`` its draft came from (0: no match).
 
     A draft copied after a 3-token match is accepted far more often than one after a 1-token
     match (bench/README.md), so the adaptive policy keeps an estimate per ``n`` (section 2.3).
-    A lookup is remembered by its context: the policy looks a request's draft up before it
-    chooses ``k``, and the step's drafter call then finds it (the draft for ``k`` is the first
-    ``k`` tokens of the longest, whichever ``k``)."""
-    n, draft = _looked_up(tuple(ctx))
-    return n, list(draft[:max(k, 0)])
+    The draft for ``k`` is the first ``k`` tokens of the longest, whichever ``k``."""
+    for n in MATCHES:
+        draft = prompt_lookup(list(ctx), MAX_DRAFT, n, n)  # a list, as the loop passes: L10.8's lookup may compare lists
+        if draft:
+            return n, draft[:max(k, 0)]
+    return 0, []
 
 
 def lookup_drafter(ctx: Sequence[int], k: int) -> list[int]:
@@ -250,7 +241,7 @@ def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Dr
     first = max(first, seconds[0] / 4)  # a pass always costs something, even where the fit says not
     fit_error = float(np.max(np.abs(design @ [first, gemm, row, request] / seconds - 1)))
     verify_row = max(0.0, (min(verified[MAX_DRAFT]) - min(verified[0])) / MAX_DRAFT)
-    contexts = [rng.integers(0, 8, 256).tolist() for _ in range(10)]  # ten: the default drafter remembers one
+    contexts = [rng.integers(0, 8, 256).tolist() for _ in range(10)]
     began = time.process_time()
     for ctx in contexts:
         drafter(ctx, MAX_DRAFT)
@@ -521,7 +512,12 @@ class Server:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise SpecError(f"max_batch must be an integer >= 1, got {max_batch!r}")
         self.model, self.pool, self.policy, self.cost = model, pool, policy, cost
-        self.max_batch, self.drafter, self.prefix_cache = max_batch, drafter, prefix_cache
+        self.max_batch, self.prefix_cache = max_batch, prefix_cache
+        # The default drafter reads the lookups this step made first (Server._lookup), so the
+        # adaptive policy's look before it chooses k costs no second lookup.
+        self.looks_up = drafter is lookup_drafter
+        self.drafter: Drafter = self._looked_up_draft if self.looks_up else drafter
+        self._looked: dict[tuple[int, ...], tuple[int, list[int]]] = {}
         self.queue: deque[Request] = deque()
         self.running: list[Request] = []
         self.results: dict[int, Generated] = {}
@@ -609,16 +605,17 @@ class Server:
         a turn of the traffic); after, its estimate :func:`faded` by its quiet rounds.
 
         With the default drafter the policy first looks each request's draft up
-        (:func:`lookup_match`) and reads the estimate of the match length it found, its own and
+        (:meth:`_lookup`) and reads the estimate of the match length it found, its own and
         the pool's (:meth:`_settle`), with ``cap`` the draft's length: one estimate for every
         draft would average drafts that are nearly always right with drafts that are nearly
         always wrong. ``off`` and static ``k`` draft as L10.8's loop does."""
         def room(r: Request) -> int:  # the longest draft its budget leaves
             return min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1)
 
+        self._looked = {}  # a new step: the last one's lookups are for contexts no request has now
         if self.policy.kind != "adaptive":
             return [Lane(r.cached, len(r.pending), room(r), r.estimate.rates) for r in self.running]
-        if self.drafter is not lookup_drafter:
+        if not self.looks_up:
             lanes = [Lane(r.cached, len(r.pending), room(r) if r.out.tokens else 0,
                           faded(r.estimate.rates, self.pooled.rates, r.quiet) if r.out.stats.drafted else self.pooled.rates)
                      for r in self.running]
@@ -627,7 +624,7 @@ class Server:
             lanes, self.looked_up = [], 0
             for r in self.running:
                 cap = room(r) if r.out.tokens else 0
-                r.match, draft = lookup_match(r.prompt + r.out.tokens, cap) if cap > 0 else (0, [])
+                r.match, draft = self._lookup(r.prompt + r.out.tokens, cap) if cap > 0 else (0, [])
                 self.looked_up += cap > 0
                 pooled = self.pooled_matched[r.match].rates if r.match else self.pooled.rates
                 mine = r.matched.get(r.match)
@@ -636,6 +633,21 @@ class Server:
             self._unsettled = list(self.running)
         self._seen = (self._state(), tuple(lanes))  # a copy: what choose_ks does to its list stays there
         return lanes
+
+    def _lookup(self, ctx: Sequence[int], k: int) -> tuple[int, list[int]]:
+        """:func:`lookup_match`, remembered by its context until the next step: the adaptive policy
+        looks a request's draft up before it chooses ``k``, and the step's drafter call then finds
+        it. Each server remembers its own lookups, and for one step only: servers sharing a process
+        (``bench/load.py`` runs one per policy, on the same prompts) never draft from one another's."""
+        key = tuple(ctx)
+        if key not in self._looked:
+            self._looked[key] = lookup_match(key, MAX_DRAFT)
+        n, draft = self._looked[key]
+        return n, draft[:max(k, 0)]
+
+    def _looked_up_draft(self, ctx: Sequence[int], k: int) -> list[int]:
+        """The default drafter, :func:`lookup_drafter`, through this step's lookups (:meth:`_lookup`)."""
+        return self._lookup(ctx, k)[1]
 
     def _state(self) -> tuple[tuple[int, int], ...]:
         """Which requests run and how far each has come: a step changes it for every one."""
