@@ -18,7 +18,7 @@ from tinyllm.sampling import SamplingParams
 from tinyllm.serve import (BANK_LIMIT, BANK_RATE, EXPLORE, FADE, MATCHES, MAX_DRAFT, PRIOR, Acceptance,
                            Bank, CostTable, Lane, Policy, Request, Server, adaptive_ks, choose_ks, expected_tokens,
                            faded, fed_positions, gemm_blocks, goodput, lookup_drafter, lookup_match, observe, profile,
-                           trim, widen)
+                           trim, untried, widen)
 from tinyllm.spec import Generated, SpecConfig, SpecError, SpecStats, generate, prompt_lookup
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "fixtures" / "model" / "tiny_llama.npz"
@@ -395,11 +395,36 @@ def test_adaptive_reads_the_estimate_of_the_length_its_lookup_matched(tiny):
     # the prior counts as one round: the length's first round moves its pool half way
     assert server.pooled_matched[n].rates == observe([0.99] * MAX_DRAFT, k, accepted, 0.5)
     assert server.matched_rounds == {m: int(m == n) for m in MATCHES}
+    assert server.matched_depth == {m: min(accepted + 1, k) if m == n else 0 for m in MATCHES}, "the deepest position tried"
     assert {m: server.pooled_matched[m].rates for m in others} == others and set(r.matched) == {n}
     assert r.estimate.rates == observe(blind_before, k, accepted)
     settled = dict(r.matched[n].__dict__)
     server._lanes()  # a second look in one step counts nothing twice
     assert r.matched[n].__dict__ == settled
+
+
+def test_positions_no_draft_has_reached_are_read_no_likelier_than_the_deepest_reached(tiny):
+    """untried: past the deepest position a length's drafts have reached, its rates are read as
+    that position's where they are higher; a length no draft has reached keeps the prior. So a
+    length whose first round was rejected at position 1 drafts one token, where the prior
+    behind position 1 would have it draft three."""
+    assert untried([0.9, 0.3, 0.85, 0.95], 2) == [0.9, 0.3, 0.3, 0.3]
+    assert untried([0.9, 0.3, 0.85], 0) == [0.9, 0.3, 0.85] == untried([0.9, 0.3, 0.85], 3)
+    assert untried([0.9, 0.95, 0.2, 0.6], 1) == [0.9, 0.9, 0.2, 0.6], "only what is above is lowered"
+    # goodput of the plain pass 100 tokens/s, a row 2 ms: a draft row pays where its chance is above 0.2
+    cost = CostTable((0.010,), row_seconds=0.002)
+    server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=cost)
+    server.submit(list(TEXTS[0].encode()), max_new=30)
+    server.step()  # the prompt
+    n, draft = lookup_match(server.running[0].prompt + server.running[0].out.tokens, MAX_DRAFT)
+    assert n in MATCHES and len(draft) >= 3
+    rates = [0.3] + [PRIOR] * (MAX_DRAFT - 1)  # 0.3, 0.255, 0.217, 0.184: three rows pay on the prior
+    server.pooled_matched[n].rates = list(rates)
+    assert server._lanes()[0].rates == rates and choose_ks(server.policy, server._lanes(), cost) == [3]
+    server.matched_depth[n] = 1  # its drafts have reached position 1 only
+    lane = server._lanes()[0]
+    assert lane.rates == [0.3] * MAX_DRAFT and choose_ks(server.policy, [lane], cost) == [1]
+    assert server.pooled_matched[n].rates == rates, "the estimate itself is unchanged"
 
 
 def test_explore_looks_again_only_where_the_state_moved(tiny):

@@ -17,7 +17,7 @@ is the plain path: no drafter call, no extra row (the adaptive policy looks a dr
 """
 
 # Given: MAX_DRAFT, PRIOR, WEIGHT, POOL_WEIGHT, EXPLORE, FADE, BANK_RATE, BANK_LIMIT, MATCHES, lookup_match,
-# lookup_drafter, Acceptance, CostTable, profile, Policy, Lane, fed_positions, slot_rows, faded, widen, trim, Bank,
+# lookup_drafter, Acceptance, CostTable, profile, Policy, Lane, fed_positions, slot_rows, faded, untried, widen, trim, Bank,
 # Request, StepReport, and in Server: the constructor, submit, idle, run, _share_prefix, _lanes, _lookup, _settle,
 # _explore, _set_fills and _offer_prompt. Yours:
 # the eleven functions that raise NotImplementedError, starting with observe; write them in the order of the list at
@@ -312,6 +312,15 @@ def faded(rates: Sequence[float], pooled: Sequence[float], quiet: int) -> list[f
     return [a + (p - a) * pull if a < p else a for a, p in zip(rates, pooled)]
 
 
+def untried(rates: Sequence[float], depth: int) -> list[float]:
+    """``rates`` with every position past ``depth``, the deepest its pool has seen a draft reach
+    (section 2.3), no likelier than position ``depth``: a position no round has reached still
+    holds the prior. ``depth = 0`` (nothing drafted yet) leaves the prior everywhere."""
+    if depth == 0:
+        return list(rates)
+    return list(rates[:depth]) + [min(a, rates[depth - 1]) for a in rates[depth:]]
+
+
 def widen(lanes: Sequence[Lane], ks: Sequence[int], cost: CostTable, gemms: int, per_gemm: float) -> list[int]:
     """``ks`` grown into up to ``gemms`` gemms past those their pass runs, one at a time while a
     new gemm is expected to add at least ``per_gemm`` tokens and the wider pass has the higher
@@ -468,6 +477,7 @@ class Server:
         self.pooled = Acceptance(weight=POOL_WEIGHT)
         self.pooled_matched = {n: Acceptance(weight=POOL_WEIGHT) for n in MATCHES}  # the same, by match length
         self.matched_rounds = dict.fromkeys(MATCHES, 0)  # rounds each length's pool has seen (Server._settle)
+        self.matched_depth = dict.fromkeys(MATCHES, 0)  # the deepest position a draft of each length reached (untried)
         self._unsettled: list[Request] = []
         self._seen: tuple[tuple, tuple[Lane, ...]] = ((), ())  # the last lanes _lanes gave, and the state read at
         self.looked_up = 0  # requests whose draft the adaptive policy looked up this step (Server._lanes)
@@ -537,7 +547,9 @@ class Server:
         (:meth:`_lookup`) and reads the estimate of the match length it found, its own and
         the pool's (:meth:`_settle`), with ``cap`` the draft's length: one estimate for every
         draft would average drafts that are nearly always right with drafts that are nearly
-        always wrong. ``off`` and static ``k`` draft as L10.8's loop does."""
+        always wrong. Positions past the deepest a draft of that length has reached are read
+        :func:`untried`: a length whose first drafts were rejected early is not drafted deep on
+        the prior. ``off`` and static ``k`` draft as L10.8's loop does."""
         def room(r: Request) -> int:  # the longest draft its budget leaves
             return min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1)
 
@@ -557,8 +569,9 @@ class Server:
                 self.looked_up += cap > 0
                 pooled = self.pooled_matched[r.match].rates if r.match else self.pooled.rates
                 mine = r.matched.get(r.match)
+                rates = faded(mine.rates, pooled, r.quiet) if mine else pooled
                 lanes.append(Lane(r.cached, len(r.pending), len(draft),
-                                  faded(mine.rates, pooled, r.quiet) if mine else pooled))
+                                  untried(rates, self.matched_depth.get(r.match, 0))))
             self._unsettled = list(self.running)
         self._seen = (self._state(), tuple(lanes))  # a copy: what choose_ks does to its list stays there
         return lanes
@@ -598,6 +611,7 @@ class Server:
             r.matched[r.match].update(drafted, accepted)
             # the prior counts as one round: a length the traffic seldom matches learns from its first rounds
             seen = self.matched_rounds[r.match] = self.matched_rounds[r.match] + 1
+            self.matched_depth[r.match] = max(self.matched_depth[r.match], min(accepted + 1, drafted))
             pool = self.pooled_matched[r.match]
             pool.rates = observe(pool.rates, drafted, accepted, max(POOL_WEIGHT, 1 / (seen + 1)))
 
