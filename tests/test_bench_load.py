@@ -89,6 +89,7 @@ def test_adaptive_against_the_fastest_static_k_is_paired_by_repeat():
             for policy, tps in repeats.items()]
     line, facts = load.summary(rows, [1])
     assert facts["adaptive_vs_best_static_min"] == pytest.approx(140 / 150)  # ratios 0.6, 1.14, 0.93
+    assert facts["blocks_per_token_over_plain"] == {} and line.endswith("blocks per token adaptive <= plain: yes")
     assert facts["adaptive_vs_best_static_within_plain_gemms"] == {"code-edit B=1": pytest.approx(140 / 150)}
     assert "adaptive vs best static min 0.93x" in line
 
@@ -154,6 +155,21 @@ def test_where_a_static_k_falls_below_plain_is_found_on_every_workload():
             for policy, k in [("off", 0), (load.CONTROL, 0), ("adaptive", 0)] + [(f"k={k}", k) for k in load.STATIC]]
     line, facts = load.summary(rows, [1, 16])
     assert facts["static_below"] == {}
+    assert facts["blocks_per_token_over_plain"] == {}, "equal to plain is within it"
     assert facts["static_below_by_workload"]["shift"] == {str(k): (16, pytest.approx(0.77 if k == 8 else 0.87))
                                                           for k in load.STATIC}
     assert line.startswith("load: static k=8 below plain from B=none (worst 1.03x)")
+
+
+def test_a_no_on_gemms_per_token_names_the_cells_and_both_figures():
+    """Adaptive above plain's gemms per emitted token in one cell of four: the line says no, and the
+    facts keep that cell with adaptive's figure and plain's (the run prints them before the line).
+    A cell where the two are equal is within plain's."""
+    blocks = {("prose", 4, "adaptive"): 0.32824, ("prose", 4, "off"): 0.32813}
+    rows = [{"workload": name, "B": b, "policy": policy, "tokens_per_s": 100.0, "tokens_per_s_repeats": [100.0],
+             "vs_plain": 1.0, "blocks_per_token": blocks.get((name, b, policy), 0.2)}
+            for name in ("code-edit", "prose") for b in (4, 16)
+            for policy in ["off", load.CONTROL, "adaptive"] + [f"k={k}" for k in load.STATIC]]
+    line, facts = load.summary(rows, [4, 16])
+    assert facts["blocks_per_token_over_plain"] == {"prose B=4": (0.32824, 0.32813)}
+    assert line.endswith("blocks per token adaptive <= plain: no")
