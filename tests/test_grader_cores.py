@@ -12,7 +12,7 @@ from scipy import stats
 
 from grader.cases import (Case, alike, chi2_quantile, chi2_survival, first_difference, first_parting, message_shape,
                           same_law, with_place)
-from grader.child.judge import MAX_DEPTH, LearnerGone, MirrorObject, decode
+from grader.child.judge import MAX_DEPTH, LearnerGone, MirrorObject, decode, learner_env
 from grader.child.learner_server import encode
 from grader.layout.catalog import Pitfall, load_catalog
 from grader.verdict import diagnose
@@ -166,6 +166,22 @@ def test_chi2_survival_is_scipy_s(dof):
 def test_chi2_quantile_is_scipy_s(dof):
     for p in (1e-4, 0.05, 0.5, 0.99):
         assert chi2_quantile(dof, p) == pytest.approx(stats.chi2.isf(p, dof), rel=1e-9)
+
+
+# --- the learner's process ------------------------------------------------------------------
+
+
+def test_the_learner_process_computes_with_the_judges_kernels_and_sees_nothing_else(monkeypatch):
+    # OPENBLAS_CORETYPE=Haswell on an AVX-512 machine: a learner process without it ran another gemm
+    # kernel, and the reference's own serve.py failed its isolated check by a float's last bits.
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.setenv("NPY_DISABLE_CPU_FEATURES", "AVX512F")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    monkeypatch.setenv("OL_REPORT_NONCE", "secret")
+    env = learner_env("/impl", 7)
+    assert env["OPENBLAS_CORETYPE"] == "Haswell" and env["NPY_DISABLE_CPU_FEATURES"] == "AVX512F"
+    assert env["OPENBLAS_NUM_THREADS"] == "1" and env["OL_RPC_FD"] == "7" and env["OL_IMPL"] == "/impl"
+    assert not {name for name in env if name.startswith("OL_")} - {"OL_IMPL", "OL_RPC_FD"}
 
 
 # --- the judge <-> learner codec ---------------------------------------------------------------

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tinyllm.kvpool import KvPool
-from tinyllm.model import (GEMM_DEPTH, GEMM_ROWS, LlamaConfig, TinyLlama, Weight, aligned_copy, gemm_rows,
-                          matmul)
+from tinyllm.model import (GEMM_DEPTH, GEMM_ROWS, LlamaConfig, TinyLlama, Weight, aligned_copy, attention_rows_free,
+                          gemm_rows, matmul)
 
 CONFIG = LlamaConfig()
 IDS = [int(t) for t in np.random.default_rng(7).integers(0, 256, 45)]
@@ -115,7 +115,10 @@ def test_stacked_attention_groups_equal_one_at_a_time(model, monkeypatch, packed
     out = model.forward(pool, fed_tables, positions, ids)
     expected = np.concatenate([a[start:start + n] for a, start, n in zip(alone, starts, counts)])
     assert np.array_equal(out, expected)
-    assert stacked == [[2, 3, 6] if packed else [3, 8]]
+    # packed only where this BLAS computes a row the same in a gemm of any height (with
+    # OPENBLAS_CORETYPE=Haswell it does not, and every group keeps its 16-row slots)
+    packs = packed and attention_rows_free(model.config.n_kv_heads, model.config.head_dim, 24)
+    assert stacked == [[2, 3, 6] if packs else [3, 8]]
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -126,6 +126,23 @@ def _garbled() -> LearnerGone:
                        "to its connection with the judge")
 
 
+# Variables that choose the BLAS's and numpy's kernels (OPENBLAS_CORETYPE, NPY_DISABLE_CPU_FEATURES, ...):
+# the learner's process must compute with the judge's, or a sum's last bits differ between the
+# learner's answers and the reference's (on an AVX-512 machine with OPENBLAS_CORETYPE=Haswell set,
+# a learner's process without it ran another gemm kernel and failed the reference's own serve.py).
+KERNEL_ENV_PREFIXES = ("OPENBLAS_", "GOTO_", "MKL_", "NPY_")
+
+
+def learner_env(impl: str, rpc_fd: int) -> dict[str, str]:
+    """The learner process's whole environment: the judge's kernel choices and nothing else of it
+    (the recorder's nonce and pipe stay here), one BLAS thread, the package and the socket."""
+    env = {name: value for name, value in os.environ.items() if name.startswith(KERNEL_ENV_PREFIXES)}
+    env.update({"PATH": "/usr/bin:/bin", "HOME": impl, IMPL_ENV: impl, RPC_FD_ENV: str(rpc_fd),
+                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
+                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    return env
+
+
 class _Session:
     """One learner process and the connection to it."""
 
@@ -138,9 +155,7 @@ class _Session:
         impl = os.environ[LEARNER_IMPL_ENV]
         box = Sandbox.from_env(os.environ.get(LEARNER_SANDBOX_ENV, ""))
         mine, theirs = socket.socketpair()
-        env = {"PATH": "/usr/bin:/bin", "HOME": impl, IMPL_ENV: impl,
-               RPC_FD_ENV: str(theirs.fileno()), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
-               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        env = learner_env(impl, theirs.fileno())
         check_cpu = os.environ.get(CHECK_CPU_ENV)
         self.process = box.learner_process([sys.executable, "-B", "-s", str(Path(impl) / LEARNER_SERVER)], Path(impl), env,
                                            theirs.fileno(), float(check_cpu) + STARTUP if check_cpu else None)
