@@ -1,5 +1,6 @@
 """What the benchmarks' printed tables and saved figures share."""
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -21,3 +22,26 @@ def finish_figure(fig, path: Path, *legends) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def blas(model) -> dict:
+    """The BLAS kernels this process times with, and how ``model`` lays its rows out under them.
+
+    Figures from runs whose OpenBLAS ran other kernels do not compare: on an AVX-512 machine that
+    sets ``OPENBLAS_CORETYPE=Haswell`` (some machines of this project's kind do, for older builds'
+    sake) OpenBLAS has no direct kernel for the engine's small gemms, the model feeds every row at its
+    slot of 16-row gemms, and a pass costs more (bench/README.md, "The kernel a run times with")."""
+    from threadpoolctl import threadpool_info
+
+    found = [f"{i['internal_api']} {i['version']} {i.get('architecture') or 'unknown'}"
+             for i in threadpool_info() if i["user_api"] == "blas"]
+    return {"blas": ", ".join(found) or "none found", "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+            "rows_alone": bool(model.rows_alone)}
+
+
+def blas_text(info: dict) -> str:
+    """One line for :func:`blas`'s answer."""
+    forced = info["OPENBLAS_CORETYPE"]
+    return (f"BLAS: {info['blas']}" + (f" (OPENBLAS_CORETYPE={forced} set in the environment)" if forced else "")
+            + "; weight matmuls " + ("over the fed rows alone" if info["rows_alone"]
+                                     else "in 16-row slots, every row at slot p % 16"))

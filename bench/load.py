@@ -83,7 +83,7 @@ from tinyllm.sampling import SamplingParams  # noqa: E402
 from tinyllm.model import GEMM_ROWS  # noqa: E402
 from tinyllm.serve import CostTable, Policy, Server, gemm_blocks, profile  # noqa: E402
 from tinyllm.smollm2 import RealModelMissing  # noqa: E402
-from display import finish_figure, print_table  # noqa: E402
+from display import blas, blas_text, finish_figure, print_table  # noqa: E402
 
 BLOCK_TOKENS = 16
 MIN_REQUESTS = 4
@@ -564,6 +564,8 @@ def main() -> int:
     context = round(statistics.mean(len(p) for ps in work.prompts.values() for p in ps) + max_new / 2)
     cost = (saved_cost(args.cost, model.rows_alone) if args.cost else
             profile(model, max_blocks=4, repeats=15 if args.model == "tiny" else 3, context=context))
+    kernels = blas(model)
+    print(blas_text(kernels))
     print("cost table (ms): " + ", ".join(f"{g} gemm{'s' if g > 1 else ''} {t * 1e3:.2f}"
                                            for g, t in enumerate(cost.block_seconds, start=1))
           + f"; per row {cost.row_seconds * 1e3:.3f}, per request {cost.request_seconds * 1e3:.3f}, "
@@ -606,7 +608,7 @@ def main() -> int:
             for cell, (mine, plain) in facts["blocks_per_token_over_plain"].items()))
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "load" if args.model == "tiny" else "load_smollm2"
-    report = {"model": args.model, "quick": args.quick, "batches": batches, "workloads": workloads,
+    report = {"model": args.model, "blas": kernels, "quick": args.quick, "batches": batches, "workloads": workloads,
               "waves": waves, "max_new": max_new, "priced": args.priced,
               "repeats": repeats, "cost": {"block_seconds": cost.block_seconds, "row_seconds": cost.row_seconds,
                                            "request_seconds": cost.request_seconds,

@@ -37,7 +37,7 @@ from tinyllm.model import Weight, aligned_copy, matmul  # noqa: E402
 from tinyllm.runner import RunnerTarget  # noqa: E402
 from tinyllm.sampling import SamplingParams  # noqa: E402
 from tinyllm.spec import SpecConfig, generate_stream  # noqa: E402
-from display import finish_figure, print_table  # noqa: E402
+from display import blas, blas_text, finish_figure, print_table  # noqa: E402
 
 BLOCK_TOKENS = 16
 POOL_BLOCKS = 64
@@ -363,6 +363,8 @@ def main(quick: bool, out: Path) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     loaded = time.perf_counter() - began
+    kernels = blas(m.model)
+    print(blas_text(kernels))
     if quick:
         workloads = {"code-edit": WORKLOADS["code-edit"][:1]}
         temperatures, ks, cost_repeats = {0.0: 2}, [4, 8, 12], 3
@@ -392,7 +394,7 @@ def main(quick: bool, out: Path) -> int:
                   + " ".join(f"{x:5.0f}" for x in r["ms_by_fed"].values()))
     out.mkdir(parents=True, exist_ok=True)
     best = best_code_edit(rows)
-    report = {"model": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to float32)", "quick": quick,
+    report = {"model": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to float32)", "blas": kernels, "quick": quick,
               "ks": ks, "temperatures": {str(t): n for t, n in temperatures.items()}, "max_new": MAX_NEW,
               "load_seconds": loaded, "seconds": time.perf_counter() - began, "pass_cost_ms": cost,
               "pass_cost_context": context, "greedy_mismatches": mismatches, "best_code_edit": best,

@@ -39,7 +39,7 @@ from tinyllm.model import TinyLlama  # noqa: E402
 from tinyllm.runner import RunnerTarget  # noqa: E402
 from tinyllm.sampling import SamplingParams  # noqa: E402
 from tinyllm.spec import SpecConfig, generate, prompt_lookup  # noqa: E402
-from display import finish_figure, print_table  # noqa: E402
+from display import blas, blas_text, finish_figure, print_table  # noqa: E402
 
 WEIGHTS = ROOT / "fixtures" / "model" / "tiny_llama.npz"
 BLOCK_TOKENS = 16
@@ -244,6 +244,8 @@ def main() -> None:
         raise SystemExit(smollm2_main(args.quick, args.out))
 
     model = TinyLlama.load(WEIGHTS)
+    kernels = blas(model)
+    print(blas_text(kernels))
     ks = [1, 2, 4, 8] if args.quick else list(range(1, 9))
     repeats, max_new, prompts_per = (3, 64, 1) if args.quick else (5, 112, 2)
     began = time.perf_counter()
@@ -254,7 +256,7 @@ def main() -> None:
           f"(as generate passes it), {cost['ms_array']:.2f} ms from an int64 array")
     line, facts = summary(rows, ks)
     args.out.mkdir(parents=True, exist_ok=True)
-    report = {"quick": args.quick, "ks": ks, "repeats": repeats, "max_new": max_new,
+    report = {"blas": kernels, "quick": args.quick, "ks": ks, "repeats": repeats, "max_new": max_new,
               "prompts_per_workload": prompts_per, "weights": str(WEIGHTS.relative_to(ROOT)),
               "seconds": time.perf_counter() - began, "prompt_lookup_32k": cost, "summary": facts,
               "rows": rows}

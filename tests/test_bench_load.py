@@ -1,6 +1,7 @@
 """``bench/load.py``'s saved cost tables (``--cost``, ``--priced``): read back as written, and a bad
 file or a priced run without one refused by name; a missing real model named with its install command;
-its negative control; its summary's ratios; the request cost, in rows, under which a static k is slower."""
+its negative control; its summary's ratios; the request cost, in rows, under which a static k is slower;
+the line naming the BLAS kernels a run timed."""
 
 import importlib.util
 import json
@@ -173,3 +174,14 @@ def test_a_no_on_gemms_per_token_names_the_cells_and_both_figures():
     line, facts = load.summary(rows, [4, 16])
     assert facts["blocks_per_token_over_plain"] == {"prose B=4": (0.32824, 0.32813)}
     assert line.endswith("blocks per token adaptive <= plain: no")
+
+
+def test_a_run_says_which_kernels_it_timed_and_how_rows_sit(monkeypatch):
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    kernels = load.blas(type("Model", (), {"rows_alone": False})())
+    assert kernels["OPENBLAS_CORETYPE"] == "Haswell" and kernels["rows_alone"] is False
+    assert kernels["blas"]  # numpy's BLAS, or "none found": never an empty name
+    line = load.blas_text(kernels)
+    assert "(OPENBLAS_CORETYPE=Haswell set in the environment)" in line and "16-row slots" in line
+    assert "over the fed rows alone" in load.blas_text({**kernels, "OPENBLAS_CORETYPE": None, "rows_alone": True})
+    assert "OPENBLAS_CORETYPE" not in load.blas_text({**kernels, "OPENBLAS_CORETYPE": None})
