@@ -121,6 +121,32 @@ def test_stacked_attention_groups_equal_one_at_a_time(model, monkeypatch, packed
     assert stacked == [[2, 3, 6] if packs else [3, 8]]
 
 
+def test_in_16_row_slots_a_decoding_row_does_not_stack_with_a_draft_filling_more_gemms(model, monkeypatch):
+    # At one span, a request decoding one row beside one feeding 12: the 12 rows' (row, query head)
+    # pairs fill slots 0..15 and then 0..7 of a second gemm, the one row's two slots of one gemm.
+    # Stacked together, the one row would run both gemms; apart, it runs its own one.
+    monkeypatch.setattr("tinyllm.model.attention_rows_free", lambda *shape: False)
+    stacked = []
+    stacks_of = TinyLlama._attention_stacks
+
+    def counted(self, *args, **kwargs):
+        stacks = stacks_of(self, *args, **kwargs)
+        stacked.append(sorted((len(stack.rows), stack.q.shape[2]) for stack in stacks))
+        return stacks
+
+    monkeypatch.setattr(TinyLlama, "_attention_stacks", counted)
+    seqs = [IDS, IDS[::-1]]
+    alone = [one_at_a_time(model, s, block_tokens=16) for s in seqs]
+    pool = model.new_pool(8, 16)
+    tables, starts = ([0, 1, 2, 3], [4, 5, 6, 7]), (20, 16)
+    for s, table, start in zip(seqs, tables, starts):
+        model.forward(pool, [table] * start, list(range(start)), s[:start])
+    stacked.clear()
+    out = model.forward(pool, [tables[0]] + [tables[1]] * 12, [20, *range(16, 28)], [seqs[0][20], *seqs[1][16:28]])
+    assert np.array_equal(out, np.concatenate([alone[0][20:21], alone[1][16:28]]))
+    assert stacked == [[(1, 1), (12, 2)]]  # (rows, gemms) of each stack
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_new_pool_layout_reads_as_any_pool_and_gives_its_bits(model, seed):
     # new_pool stores K/V as attention reads them, behind views with the pool's own axes: an index

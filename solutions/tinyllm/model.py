@@ -564,8 +564,8 @@ class TinyLlama:
         from the model's :class:`_Scratch`: every layer refills them.
 
         A stacked group's gemms are batch entries of their own, of one shape: where the rows are
-        not free, every group keeps its slots and the stack has the most gemms any group needs;
-        where they are, a group's rows run packed in the stack's gemms, whose height is the
+        not free, every group keeps its slots, groups needing as many gemms stack together and a
+        stack has the gemms its groups need; where they are, a group's rows run packed in the stack's gemms, whose height is the
         largest any group needs (:func:`attention_rows_free`: the height does not matter).
         ``gather_values``: the values are gathered into a buffer of their own first (a pool that
         :meth:`new_pool` did not lay out, :class:`_Stored`)."""
@@ -586,7 +586,10 @@ class TinyLlama:
                 # filling more gemms apart from fewer. The height does not change a row's bits.
                 key = (span, -(-rows * group // GEMM_ROWS), rows == 1)
             else:
-                key = (span, 0, False)
+                # Each group keeps its 16-row slots, and a stack runs the most gemms any of its
+                # groups needs: groups needing fewer stack apart, or a decoding row pays for a
+                # neighbour's draft (the gemms are batch entries of their own: no bit changes).
+                key = (span, int(entry[5].max()) // GEMM_ROWS + 1, False)
             by_key.setdefault(key, []).append(entry)
         stacks += list(by_key.values())
         out = []
@@ -607,21 +610,20 @@ class TinyLlama:
             rows = np.concatenate([m[0] for m in members])
             # each (row, query head): its group in the stack and its gemm row there
             member, place = np.repeat(np.arange(g), counts), np.concatenate(places)
-            # The slots past each (row, query head)'s position, at its gemm row; free rows see every
-            # slot (their scores are zeros: no -inf row, no NaN).
-            future = np.zeros((g, per, span), dtype=bool)
-            future[member, place] = np.arange(span)[None, :] > np.repeat(pos[rows], group)[:, None]
+            # The slots past each (row, query head)'s position, in the order of their gemm rows ``at``.
+            future = np.arange(span)[None, :] > np.repeat(pos[rows], group)[:, None]
             _, table, moved_to, from_blocks, from_slots, _ = members[0]
             carve = self._scratch.carve
             queries = carve((nkv, g, gemms, size, hd))
             queries.fill(0)  # the rows no (row, query head) sits at stay zero
             out.append(_Stack(rows, np.array([m[1] for m in members], dtype=np.int64).ravel(),
                               (moved_to, from_blocks, from_slots), member * per + place,
-                              future.reshape(g, gemms, size, span), queries,
+                              future, queries,
                               carve((g * len(table), bt, nkv, hd)),
                               carve((g * len(table), bt, nkv, hd)) if gather_values else None,
                               carve((nkv, g, 1, hd, span)), carve((nkv, g, 1, span, hd)),
-                              carve((nkv, g, gemms, size, span)), carve((nkv, g, gemms, size, hd))))
+                              carve((nkv, g, gemms, size, span)), carve((nkv, len(future), span)),
+                              carve((nkv, g, gemms, size, hd))))
         return out
 
     def _attend(self, pool: KvPool, layer: int, q: np.ndarray, st: "_Stack",
@@ -665,7 +667,7 @@ class TinyLlama:
         # Query head h reads K/V head h // group; rows of one K/V head are (row, head in group).
         rows = st.q.reshape(nkv, -1, hd)
         rows[:, st.at] = q.reshape(n, nkv, group, hd).transpose(1, 0, 2, 3).reshape(nkv, n * group, hd)
-        _attention(st.q, st.keys, st.values, st.future, st.scores, st.out)
+        _attention(st.q, st.keys, st.values, st.future, st.at, st.scores, st.real, st.out)
         out = st.out.reshape(nkv, -1, hd)[:, st.at]
         return out.reshape(nkv, n, group, hd).transpose(1, 0, 2, 3).reshape(n, nkv * group * hd)
 
@@ -738,18 +740,25 @@ class _Stack:
     keys: np.ndarray
     values: np.ndarray
     scores: np.ndarray
+    real: np.ndarray
     out: np.ndarray
 
 
-def _attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, future: np.ndarray,
-               scores: np.ndarray, out: np.ndarray) -> None:
+def _attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, future: np.ndarray, at: np.ndarray,
+               scores: np.ndarray, real: np.ndarray, out: np.ndarray) -> None:
     """``out = softmax(q @ keys, slots past each row's position masked) @ values``, in place: the
-    score gemm, the mask, the softmax along each row, the mix gemm."""
+    score gemm, then the mask and the softmax on the score rows ``at`` alone, gathered into
+    ``real`` (``future``: their masked slots), then the mix gemm. The other rows of a gemm are
+    padding (zero queries): a gemm's output row reads only its own input row, so their scores need
+    no softmax, and with 16-row slots most rows are padding (plain decoding fills 2 of 16)."""
     np.matmul(q, keys, out=scores)
-    np.copyto(scores, np.float32(-np.inf), where=future)
-    scores -= scores.max(axis=-1, keepdims=True)
-    np.exp(scores, out=scores)
-    scores /= scores.sum(axis=-1, keepdims=True)
+    flat = scores.reshape(scores.shape[0], -1, scores.shape[-1])
+    np.take(flat, at, axis=1, out=real)
+    np.copyto(real, np.float32(-np.inf), where=future)
+    real -= real.max(axis=-1, keepdims=True)
+    np.exp(real, out=real)
+    real /= real.sum(axis=-1, keepdims=True)
+    flat[:, at] = real
     np.matmul(scores, values, out=out)
 
 
@@ -768,17 +777,17 @@ def attention_rows_free(heads: int, head_dim: int, span: int) -> bool:
     def run(q: np.ndarray, future: np.ndarray) -> np.ndarray:
         m = q.shape[2]
         scores, out = _aligned_zeros((heads, 1, m, span)), _aligned_zeros((heads, 1, m, head_dim))
-        _attention(aligned_copy(q), keys, values, future, scores, out)
+        _attention(aligned_copy(q), keys, values, future, np.arange(m), scores, _aligned_zeros((heads, m, span)), out)
         return out
 
     keys = aligned_copy(rng.standard_normal((heads, 1, head_dim, span)).astype(np.float32))
     values = aligned_copy(rng.standard_normal((heads, 1, span, head_dim)).astype(np.float32))
     q = rng.standard_normal((heads, 1, GEMM_ROWS, head_dim)).astype(np.float32)
-    future = np.arange(span)[None, None, :] > rng.integers(0, span, (1, GEMM_ROWS, 1))
+    future = np.arange(span)[None, :] > rng.integers(0, span, (GEMM_ROWS, 1))
     whole = run(q, future)
     for m in range(2, GEMM_ROWS):
         for start in range(GEMM_ROWS - m + 1):
-            part = run(q[:, :, start:start + m], future[:, start:start + m])
+            part = run(q[:, :, start:start + m], future[start:start + m])
             if not np.array_equal(part, whole[:, :, start:start + m]):
                 return False
     return True
