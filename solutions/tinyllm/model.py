@@ -610,19 +610,25 @@ class TinyLlama:
             rows = np.concatenate([m[0] for m in members])
             # each (row, query head): its group in the stack and its gemm row there
             member, place = np.repeat(np.arange(g), counts), np.concatenate(places)
+            at = member * per + place
             # The slots past each (row, query head)'s position, in the order of their gemm rows ``at``.
-            future = np.arange(span)[None, :] > np.repeat(pos[rows], group)[:, None]
+            seen = np.arange(span)[None, :] > np.repeat(pos[rows], group)[:, None]
+            if 2 * len(at) > g * per:  # at most half the rows padding: the softmax runs on them all
+                future, softmax_rows = np.zeros((g * per, span), dtype=bool), None
+                future[at] = seen
+            else:
+                future, softmax_rows = seen, at
             _, table, moved_to, from_blocks, from_slots, _ = members[0]
             carve = self._scratch.carve
             queries = carve((nkv, g, gemms, size, hd))
             queries.fill(0)  # the rows no (row, query head) sits at stay zero
             out.append(_Stack(rows, np.array([m[1] for m in members], dtype=np.int64).ravel(),
-                              (moved_to, from_blocks, from_slots), member * per + place,
-                              future, queries,
+                              (moved_to, from_blocks, from_slots), at, softmax_rows, future, queries,
                               carve((g * len(table), bt, nkv, hd)),
                               carve((g * len(table), bt, nkv, hd)) if gather_values else None,
                               carve((nkv, g, 1, hd, span)), carve((nkv, g, 1, span, hd)),
-                              carve((nkv, g, gemms, size, span)), carve((nkv, len(future), span)),
+                              carve((nkv, g, gemms, size, span)),
+                              None if softmax_rows is None else carve((nkv, len(at), span)),
                               carve((nkv, g, gemms, size, hd))))
         return out
 
@@ -667,7 +673,7 @@ class TinyLlama:
         # Query head h reads K/V head h // group; rows of one K/V head are (row, head in group).
         rows = st.q.reshape(nkv, -1, hd)
         rows[:, st.at] = q.reshape(n, nkv, group, hd).transpose(1, 0, 2, 3).reshape(nkv, n * group, hd)
-        _attention(st.q, st.keys, st.values, st.future, st.at, st.scores, st.real, st.out)
+        _attention(st.q, st.keys, st.values, st.future, st.softmax_rows, st.scores, st.real, st.out)
         out = st.out.reshape(nkv, -1, hd)[:, st.at]
         return out.reshape(nkv, n, group, hd).transpose(1, 0, 2, 3).reshape(n, nkv * group * hd)
 
@@ -733,6 +739,7 @@ class _Stack:
     tables: np.ndarray
     moves: tuple
     at: np.ndarray
+    softmax_rows: np.ndarray | None
     future: np.ndarray
     q: np.ndarray
     k: np.ndarray
@@ -740,25 +747,27 @@ class _Stack:
     keys: np.ndarray
     values: np.ndarray
     scores: np.ndarray
-    real: np.ndarray
+    real: np.ndarray | None
     out: np.ndarray
 
 
-def _attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, future: np.ndarray, at: np.ndarray,
-               scores: np.ndarray, real: np.ndarray, out: np.ndarray) -> None:
+def _attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, future: np.ndarray, at: np.ndarray | None,
+               scores: np.ndarray, real: np.ndarray | None, out: np.ndarray) -> None:
     """``out = softmax(q @ keys, slots past each row's position masked) @ values``, in place: the
-    score gemm, then the mask and the softmax on the score rows ``at`` alone, gathered into
-    ``real`` (``future``: their masked slots), then the mix gemm. The other rows of a gemm are
-    padding (zero queries): a gemm's output row reads only its own input row, so their scores need
-    no softmax, and with 16-row slots most rows are padding (plain decoding fills 2 of 16)."""
+    score gemm, the mask (``future``: the slots each score row masks), the softmax along each row,
+    the mix gemm. Given ``at``, the mask and the softmax run on those score rows alone, gathered
+    into ``real``: the other rows of a gemm are padding (zero queries), and a gemm's output row
+    reads only its own input row, so they need no softmax; in 16-row slots most rows are padding
+    (plain decoding fills 2 of 16). A row's softmax is the same bits either way."""
     np.matmul(q, keys, out=scores)
     flat = scores.reshape(scores.shape[0], -1, scores.shape[-1])
-    np.take(flat, at, axis=1, out=real)
-    np.copyto(real, np.float32(-np.inf), where=future)
-    real -= real.max(axis=-1, keepdims=True)
-    np.exp(real, out=real)
-    real /= real.sum(axis=-1, keepdims=True)
-    flat[:, at] = real
+    rows = flat if at is None else np.take(flat, at, axis=1, out=real)
+    np.copyto(rows, np.float32(-np.inf), where=future)
+    rows -= rows.max(axis=-1, keepdims=True)
+    np.exp(rows, out=rows)
+    rows /= rows.sum(axis=-1, keepdims=True)
+    if at is not None:
+        flat[:, at] = rows
     np.matmul(scores, values, out=out)
 
 
@@ -777,7 +786,7 @@ def attention_rows_free(heads: int, head_dim: int, span: int) -> bool:
     def run(q: np.ndarray, future: np.ndarray) -> np.ndarray:
         m = q.shape[2]
         scores, out = _aligned_zeros((heads, 1, m, span)), _aligned_zeros((heads, 1, m, head_dim))
-        _attention(aligned_copy(q), keys, values, future, np.arange(m), scores, _aligned_zeros((heads, m, span)), out)
+        _attention(aligned_copy(q), keys, values, future, None, scores, None, out)
         return out
 
     keys = aligned_copy(rng.standard_normal((heads, 1, head_dim, span)).astype(np.float32))
