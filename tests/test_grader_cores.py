@@ -184,6 +184,19 @@ def test_the_learner_process_computes_with_the_judges_kernels_and_sees_nothing_e
     assert not {name for name in env if name.startswith("OL_")} - {"OL_IMPL", "OL_RPC_FD"}
 
 
+def test_cached_answers_are_kept_per_kernel_setting(monkeypatch):
+    # The reference's answers computed under one kernel must not stand for another's: their floats'
+    # last bits differ, and a hint read against them would say a learner's answer parts from it.
+    module = load_catalog().get("L10.10")
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    plain = diagnose._suite_digest(module)
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    haswell = diagnose._suite_digest(module)
+    assert haswell != plain
+    monkeypatch.setenv("OL_REPORT_NONCE", "another")  # not a kernel's variable: the same answers
+    assert diagnose._suite_digest(module) == haswell
+
+
 # --- the judge <-> learner codec ---------------------------------------------------------------
 
 

@@ -49,7 +49,8 @@ from rpyc.core.channel import Channel
 from rpyc.core.stream import SocketStream
 
 from grader.child.learner_server import NUMERIC_KINDS, RPC_CONFIG, SCALARS, Objects, builtin_base, kept, rebuild, resolve
-from grader.core.protocol import CHECK_CPU_ENV, IMPL_ENV, LEARNER_IMPL_ENV, LEARNER_SANDBOX_ENV, LEARNER_SERVER, RPC_FD_ENV, TEST_TIMEOUT_ENV, TEST_TIMEOUTS_ENV, WALL_FACTOR
+from grader.core.protocol import (CHECK_CPU_ENV, IMPL_ENV, LEARNER_IMPL_ENV, LEARNER_SANDBOX_ENV, LEARNER_SERVER, RPC_FD_ENV,
+                                  TEST_TIMEOUT_ENV, TEST_TIMEOUTS_ENV, WALL_FACTOR, kernel_env)
 from grader.core.sandbox import Sandbox, hide_memory, tree_cpu_seconds
 
 MAX_DEPTH = 200
@@ -126,17 +127,10 @@ def _garbled() -> LearnerGone:
                        "to its connection with the judge")
 
 
-# Variables that choose the BLAS's and numpy's kernels (OPENBLAS_CORETYPE, NPY_DISABLE_CPU_FEATURES, ...):
-# the learner's process must compute with the judge's, or a sum's last bits differ between the
-# learner's answers and the reference's (on an AVX-512 machine with OPENBLAS_CORETYPE=Haswell set,
-# a learner's process without it ran another gemm kernel and failed the reference's own serve.py).
-KERNEL_ENV_PREFIXES = ("OPENBLAS_", "GOTO_", "MKL_", "NPY_")
-
-
 def learner_env(impl: str, rpc_fd: int) -> dict[str, str]:
     """The learner process's whole environment: the judge's kernel choices and nothing else of it
     (the recorder's nonce and pipe stay here), one BLAS thread, the package and the socket."""
-    env = {name: value for name, value in os.environ.items() if name.startswith(KERNEL_ENV_PREFIXES)}
+    env = kernel_env()
     env.update({"PATH": "/usr/bin:/bin", "HOME": impl, IMPL_ENV: impl, RPC_FD_ENV: str(rpc_fd),
                 "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
                 "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})

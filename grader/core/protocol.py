@@ -45,6 +45,18 @@ PYTHON_ENV = "OL_PYTHON"                      # the interpreter an exported auto
 # on the clock, WALL_FACTOR times longer.
 WALL_FACTOR = 2.0
 
+# --- what every process whose answers are compared must share ------------------------------------
+# Variables that choose the BLAS's and numpy's kernels (OPENBLAS_CORETYPE, NPY_DISABLE_CPU_FEATURES, ...):
+# a sum's last bits follow the kernel, so the learner's process computes with the judge's, and cached
+# answers are kept per setting (on an AVX-512 machine with OPENBLAS_CORETYPE=Haswell set, a learner's
+# process without it ran another gemm kernel and failed the reference's own serve.py).
+KERNEL_ENV_PREFIXES = ("OPENBLAS_", "GOTO_", "MKL_", "NPY_")
+
+
+def kernel_env() -> dict[str, str]:
+    """This process's variables that choose kernels (:data:`KERNEL_ENV_PREFIXES`)."""
+    return {name: value for name, value in os.environ.items() if name.startswith(KERNEL_ENV_PREFIXES)}
+
 
 def check_wall(cpu: float) -> float:
     """The wall-clock bound of a whole check whose learner code may use ``cpu`` seconds of CPU."""

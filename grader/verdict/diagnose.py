@@ -31,12 +31,14 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 
 from grader.cases import alike, answer_text, clip, graded_alike, telling
 from grader.child.case_worker import STUB
 from grader.core.patch import apply_patch
 from grader.core.paths import REPO, cache_dir
+from grader.core.protocol import kernel_env
 from grader.layout.catalog import Catalog, Module, Pitfall
 
 WORKER_STARTUP = 15.0
@@ -568,10 +570,12 @@ def _tree_digest(folder: Path) -> str:
 
 
 def _suite_digest(module: Module) -> str:
-    """The suite's folder, the case framework and the module's fixtures: what the answers depend on."""
+    """The suite's folder, the case framework and the module's fixtures: what the answers depend on;
+    and, for their last bits, numpy's version and the variables that choose kernels."""
     parts = [p.name.encode() + b"\0" + p.read_bytes() for p in sorted(module.suite.parent.glob("*.py"))]
     parts += [(REPO / "grader" / name).read_bytes() for name in ("cases.py", "child/case_worker.py")]
     parts += [f.sha256.encode() for f in module.fixtures]
+    parts.append(json.dumps([version("numpy"), sorted(kernel_env().items())]).encode())
     return _digest(parts)
 
 
