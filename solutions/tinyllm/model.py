@@ -565,8 +565,9 @@ class TinyLlama:
 
         A stacked group's gemms are batch entries of their own, of one shape: where the rows are
         not free, every group keeps its slots, groups needing as many gemms stack together and a
-        stack has the gemms its groups need; where they are, a group's rows run packed in the stack's gemms, whose height is the
-        largest any group needs (:func:`attention_rows_free`: the height does not matter).
+        stack has the gemms its groups need; where they are, a group's rows run packed in the
+        stack's gemms, whose height is the largest any group needs (:func:`attention_rows_free`:
+        the height does not matter).
         ``gather_values``: the values are gathered into a buffer of their own first (a pool that
         :meth:`new_pool` did not lay out, :class:`_Stored`)."""
         c = self.config
@@ -614,6 +615,7 @@ class TinyLlama:
             # The slots past each (row, query head)'s position, in the order of their gemm rows ``at``.
             seen = np.arange(span)[None, :] > np.repeat(pos[rows], group)[:, None]
             if 2 * len(at) > g * per:  # at most half the rows padding: the softmax runs on them all
+                # padding rows see every slot (their scores are zeros: no -inf row, no NaN)
                 future, softmax_rows = np.zeros((g * per, span), dtype=bool), None
                 future[at] = seen
             else:
