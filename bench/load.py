@@ -62,9 +62,11 @@ table's; latency is still measured.)
     python bench/load.py --quick --model smollm2 --cost bench/cost_tables/smollm2_quick.json --priced
 
 ``--slots random`` draws each request's starting slot at random (seeded) instead of spreading the
-requests over the slots. Where every row sits at its slot of 16-row gemms, the spread is plain
-decoding's best arrangement, which it keeps while its requests decode in step; a speculating
-request moves by the tokens it accepts. Traffic whose prompts vary in length sits at random.
+queue over the slots, as traffic whose prompts vary in length sits. Either way the server places
+the requests it admits (``tinyllm.serve.Server._admit``: of the first 16 queued, the one whose
+last token's slot the fewest running requests share), so where every row sits at its slot of
+16-row gemms, plain decoding and speculation alike start each request where it adds the fewest
+gemms it can; a speculating request then moves by the tokens it accepts.
 """
 
 import os
@@ -116,10 +118,10 @@ def spread(make, count: int, slots_drawn: str = "spread") -> list[list[int]]:
     gemm slots some n reaches, in an order shuffled once (seeded), and round again: requests of a
     queue do not start in step, nor on slots that follow their order in the queue (then requests
     admitted one step apart would meet on one slot). The 27 fillers reach 14 of the 16 slots on
-    both models' workloads: four requests sit on four slots, sixteen share two. Where every row
-    sits at its slot of 16-row gemms this is plain decoding's best arrangement, kept while its
-    requests decode in step; ``slots_drawn="random"`` draws each prompt's slot at random among
-    those (seeded) instead, as traffic whose prompts vary in length sits."""
+    both models' workloads: four requests sit on four slots, sixteen share two, and the first 16
+    queued, which the server places its admissions among, hold every slot the fillers reach.
+    ``slots_drawn="random"`` draws each prompt's slot at random among those (seeded) instead, as
+    traffic whose prompts vary in length sits."""
     by_slot: dict[int, list[int]] = {}
     for n in range(len(FILLER) + 1):
         ids = make(n)
@@ -555,8 +557,8 @@ def main() -> int:
     ap.add_argument("--cost", type=Path, help="read the cost table from this load.json instead of profiling one")
     ap.add_argument("--priced", action="store_true", help="price each cell's steps by the cost table, not the clock")
     ap.add_argument("--slots", choices=("spread", "random"), default="spread",
-                    help="the gemm slots requests start at: spread over the slots in a shuffled round (plain "
-                         "decoding's best arrangement where rows sit at their slots), or drawn at random")
+                    help="the gemm slots the queued requests start at: spread over the slots in a shuffled "
+                         "round, or drawn at random (the server places its admissions among the first 16 queued)")
     args = ap.parse_args()
     if args.priced and args.cost is None:
         ap.error("--priced needs --cost FILE: a table profiled in the same run would differ run to run")
@@ -586,8 +588,8 @@ def main() -> int:
             f"per draft {cost.draft_seconds * 1e3:.3f} (at {context} tokens of context; "
             f"the fit within {cost.fit_error:.0%} of every profiled pass)")
     print("slots: " + ("each request's starting slot drawn at random (--slots random)" if args.slots == "random" else
-                       "spread, a slot each before any shares one (where rows sit at their slots, plain "
-                       "decoding's best arrangement; --slots random draws them)"))
+                       "spread, a slot each before any shares one (--slots random draws them); the server "
+                       "places each admission among the first 16 queued"))
     cells = measure(model, cost, work, batches, workloads, waves, repeats)
     if args.priced:
         print(f"priced: every cell's seconds are the cost table's ({args.cost}), not measured")

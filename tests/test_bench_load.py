@@ -63,8 +63,8 @@ def test_a_missing_real_model_is_an_error_line_not_a_traceback(no_real_model, mo
 
 def test_prompts_spread_over_the_slots_in_rounds_or_drawn_at_random_the_same_every_run():
     """The default spread gives each of the first requests a slot of its own, as many as the
-    fillers reach, then goes round again (plain decoding's best arrangement in 16-row slots); ``--slots random`` draws each request's slot, so some meet on one, and a
-    second draw is the same (seeded)."""
+    fillers reach, then goes round again; ``--slots random`` draws each request's slot, so some meet
+    on one, and a second draw is the same (seeded)."""
     def make(n):
         return list(range(40 + 3 * n))  # 3 tokens a filler word: n reaches every slot
 

@@ -107,8 +107,23 @@ def test_off_never_calls_the_drafter_nor_feeds_draft_rows(tiny):
     assert calls == []
 
 
-def test_admission_in_arrival_order(small):
-    """A request admitted later never overtakes one queued before it (no starvation)."""
+def test_placed_admission_keeps_plain_decoding_in_one_gemm(small):
+    """Four requests of five queued fit four slots of their own, but the second shares the first's:
+    placement passes it over, so plain decoding feeds one gemm a step after the prompts, where
+    arrival order would feed two; it runs once the first ends."""
+    server = Server(small, small.new_pool(64, 4), Policy("off"), max_batch=4)
+    ids = [server.submit([1 + j % 5 for j in range(n)], max_new=m) for n, m in ((5, 6), (5, 6), (6, 8), (7, 8), (8, 8))]
+    first = server.step()
+    assert [r.rid for r in server.running] == [ids[0], ids[2], ids[3], ids[4]] and first.blocks > 1
+    blocks = [server.step().blocks for _ in range(4)]
+    assert blocks == [1, 1, 1, 1]
+    while ids[1] not in [r.rid for r in server.running]:
+        server.step()
+    assert ids[0] in server.results and server.running[-1].overtaken == 3
+
+
+def test_admission_in_arrival_order_for_prompts_of_one_length(small):
+    """Requests whose prompts sit on one slot: one admitted later never overtakes one queued before it."""
     server = Server(small, small.new_pool(64, 4), Policy("off"), max_batch=2)
     lengths = [9, 2, 7, 1, 3, 5]
     ids = [server.submit([1, 2, 3], max_new=n) for n in lengths]

@@ -351,10 +351,53 @@ def admission_order(batch: int, lengths: list[int], pool_blocks: int) -> dict:
     return {"admitted": order, "peak": peak, "all served": sorted(server.results) == ids}
 
 
-def cases_admission_in_arrival_order():
+def admitted_at_once(lengths: list[int], budgets: list[int], batch: int = 2) -> dict:
+    """Prompts of these lengths and budgets queued, then one ``_admit``: the running requests in the
+    order admitted, and the ``max_new = 0`` ones it admitted and finished on the way (they take no
+    seat, so one call can pass a request over many times)."""
+    model = small()
+    server = Server(model, model.new_pool(256, 4), Policy("off"), max_batch=batch)
+    for i, (n, m) in enumerate(zip(lengths, budgets)):
+        server.submit([1 + (j % 5) for j in range(n)], GREEDY, seed=i, max_new=m)
+    server._admit()
+    return {"running": [r.rid for r in server.running], "finished at admission": list(server.results)}
+
+
+def admitted_after_steps(first: int, steps: int, lengths: list[int], batch: int = 3) -> list[int]:
+    """A prompt of ``first`` tokens served ``steps`` steps alone (plain decoding: a token a step),
+    then prompts of these lengths queued and one ``_admit``: the running requests in the order
+    admitted."""
+    model = small()
+    server = Server(model, model.new_pool(256, 4), Policy("off"), max_batch=batch)
+    server.submit([1 + (j % 5) for j in range(first)], GREEDY, max_new=12)
+    for _ in range(steps):
+        server.step()
+    for i, n in enumerate(lengths, start=1):
+        server.submit([1 + (j % 5) for j in range(n)], GREEDY, seed=i, max_new=3)
+    server._admit()
+    return [r.rid for r in server.running]
+
+
+def cases_admission_placed_never_starved():
     rule = ("card 2.4: the queue's head is admitted first, while fewer than max_batch run and the pool can hold "
             "its whole budget (blocks_for(prompt + max_new)); no request overtakes it")
+    placed = ("card 2.4: among the first 16 queued requests the pool holds, the one whose last token's slot "
+              "(len(prompt) - 1) % 16 the fewest running requests' last tokens share (a running request's: "
+              "(len(prompt) + len(out.tokens) - 1) % 16), the earliest on a tie; "
+              "a head passed over 16 times (overtaken) goes next")
     return [
+        Case("a request on a crowded slot waits for one on a free slot",
+             "admitted_at_once([5, 5, 6], [3, 3, 3], batch=3)", lambda: admitted_at_once([5, 5, 6], [3, 3, 3], batch=3),
+             {"running": [0, 2, 1], "finished at admission": []}, placed),
+        Case("a crowded request passed over 16 times goes next",
+             "admitted_at_once([5, 5] + [6] * 20, [3, 3] + [0] * 20)",
+             lambda: admitted_at_once([5, 5] + [6] * 20, [3, 3] + [0] * 20),
+             {"running": [0, 1], "finished at admission": list(range(2, 18))}, placed),
+        Case("a running request's slot is its last token's, emitted ones counted",
+             "admitted_after_steps(5, 1, [6, 5])", lambda: admitted_after_steps(5, 1, [6, 5]), [0, 2, 1], placed),
+        Case("only the first 16 queued are looked at", "admitted_at_once([5] * 17 + [6], [3] + [0] * 16 + [3])",
+             lambda: admitted_at_once([5] * 17 + [6], [3] + [0] * 16 + [3]),
+             {"running": [0, 17], "finished at admission": [1]}, placed),
         Case("max_batch 2, long and short requests", "admission_order(2, [9, 2, 7, 1, 3, 5, 8], 64)",
              lambda: admission_order(2, [9, 2, 7, 1, 3, 5, 8], 64),
              {"admitted": [0, 1, 2, 3, 4, 5, 6], "peak": 2, "all served": True},
@@ -372,8 +415,8 @@ def cases_admission_in_arrival_order():
     ]
 
 
-def test_admission_in_arrival_order():
-    check(cases_admission_in_arrival_order())
+def test_admission_placed_never_starved():
+    check(cases_admission_placed_never_starved())
 
 
 def moved(a: float, seen: float, weight: float = 0.3) -> float:
@@ -382,10 +425,14 @@ def moved(a: float, seen: float, weight: float = 0.3) -> float:
     return a + weight * (seen - a)
 
 
+LATER = [9] * 7  # as long as PROMPTS[0] and PROMPTS[1]
+
+
 def pooled_start(first: int) -> dict:
     """``first`` requests (PROMPTS[0..first - 1], greedy, static k = 2, max_new 3) run together: in
     the first step each drafts the next greedy token and a wrong one (2 drafted, 1 kept), in the
-    second none (its cap is 0), and each ends. PROMPTS[first], queued behind them, is admitted after.
+    second none (its cap is 0), and each ends. LATER, queued behind them, is admitted after (its last
+    token on their slot: placement keeps arrival order).
     Positions 1 to 3 of each running request's estimate and of the pool's after the first step, and
     where the later request's estimate starts."""
     model = small()
@@ -399,8 +446,9 @@ def pooled_start(first: int) -> dict:
         return []
 
     server = Server(model, model.new_pool(64, 4), Policy("static", 2), max_batch=first, drafter=right_then_wrong)
-    for i in range(first + 1):
+    for i in range(first):
         server.submit(PROMPTS[i], GREEDY, seed=i, max_new=3)
+    server.submit(LATER, GREEDY, seed=first, max_new=3)
     server.step()
     after = {"estimates": [rounded(r.estimate.rates[:3]) for r in server.running],
              "pooled": rounded(server.pooled.rates[:3])}

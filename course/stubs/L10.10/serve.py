@@ -9,14 +9,17 @@ depends on who shares the pass.
 
 The pass is paid in whole 16-row gemms, and a row at position ``p`` sits at gemm slot ``p % 16``:
 draft rows are free while they land in slots the pass pays anyway, and cost a whole gemm once one
-slot overflows. The adaptive policy chooses every request's ``k`` each step to maximise goodput,
-the tokens the batch is expected to emit per second: expected tokens per round from a per-position
-acceptance estimate, over a step time from a cost table profiled on the machine at start. ``k = 0``
-is the plain path: no drafter call, no extra row (the adaptive policy looks a draft up to choose
-``k``, section 2.3). Section numbers refer to ``course/L10.10.md``.
+slot overflows. Where a request starts sets its slots for as long as it runs, so the scheduler
+places each one it admits on the least crowded slot it can find near the queue's head, passing
+no request over more than ``ADMIT_WINDOW`` times. The adaptive policy chooses every request's
+``k`` each step to maximise goodput, the tokens the batch is expected to emit per second:
+expected tokens per round from a per-position acceptance estimate, over a step time from a cost
+table profiled on the machine at start. ``k = 0`` is the plain path: no drafter call, no extra
+row (the adaptive policy looks a draft up to choose ``k``, section 2.3). Section numbers refer
+to ``course/L10.10.md``.
 """
 
-# Given: MAX_DRAFT, PRIOR, WEIGHT, POOL_WEIGHT, EXPLORE, FADE, BANK_RATE, BANK_LIMIT, MATCHES, lookup_match,
+# Given: MAX_DRAFT, PRIOR, WEIGHT, POOL_WEIGHT, EXPLORE, FADE, BANK_RATE, BANK_LIMIT, ADMIT_WINDOW, MATCHES, lookup_match,
 # lookup_drafter, Acceptance, CostTable, profile, Policy, Lane, fed_positions, slot_rows, faded, untried, widen, trim, Bank,
 # Request, StepReport, and in Server: the constructor, submit, idle, run, _share_prefix, _lanes, _lookup, _settle,
 # _explore, _set_fills and _offer_prompt. Yours:
@@ -44,6 +47,8 @@ EXPLORE = 16  # rounds without a draft after which an adaptive request tries one
 FADE = 0.7  # per round without a draft, how much of its own estimate's shortfall below the pool's is trusted
 BANK_RATE = 0.9  # the share of a saved gemm banked: plain decoding's gemms per token are estimated, not known
 BANK_LIMIT = 4  # the most gemms the bank holds: old savings do not fund a burst after the traffic changed
+
+ADMIT_WINDOW = GEMM_ROWS  # queued requests admission chooses among, and the most times one may be passed over
 
 MATCHES = (3, 2, 1)  # the n-gram lengths the default drafter's lookup tries, longest first
 
@@ -433,6 +438,7 @@ class Request:
     matched: dict[int, Acceptance] = field(default_factory=dict)  # its estimate by match length (Server._lanes)
     match: int = 0            # the match length of this step's lookup
     settled: tuple[int, int] = (0, 0)  # its drafted and accepted counts when Server._settle last read them
+    overtaken: int = 0        # requests queued after it that were admitted before it (Server._admit)
 
 
 @dataclass
@@ -449,10 +455,11 @@ class StepReport:
 class Server:
     """Continuous batching over one pool (section 2.4).
 
-    ``submit`` queues a request; each ``step`` admits queued requests in arrival order while the
-    batch has room (``max_batch``) and the pool can hold each one's whole budget, then runs one
-    forward for every running request. A request that ends (EOS, ``max_new``, or its listener says
-    stop) gives back all its blocks in that step and its result goes to ``results``.
+    ``submit`` queues a request; each ``step`` admits queued requests, placed on the gemm slots
+    (:meth:`_admit`), while the batch has room (``max_batch``) and the pool can hold each one's
+    whole budget, then runs one forward for every running request. A request that ends (EOS,
+    ``max_new``, or its listener says stop) gives back all its blocks in that step and its result
+    goes to ``results``.
     """
 
     def __init__(self, model: TinyLlama, pool: KvPool, policy: Policy, max_batch: int = 16,
@@ -517,8 +524,12 @@ class Server:
         return self.results
 
     def _admit(self) -> None:
-        """Arrival order, no overtaking: the head waits until the pool can hold its budget. An
-        admitted request's estimate starts from the server's pooled one."""
+        """Admit while fewer than ``max_batch`` run and the pool can hold the head's budget (a head
+        that does not fit waits, and nothing passes it). Each admission places a request: among
+        the first ``ADMIT_WINDOW`` queued requests the pool can hold, the one whose last token's
+        slot the fewest running requests' last tokens share, the earliest on a tie; a head passed
+        over ``ADMIT_WINDOW`` times goes next. An admitted request's estimate starts from the
+        server's pooled one."""
         raise NotImplementedError("serve.Server._admit (L10.10): not written yet -- "
                                   "see course/L10.10.md section 2.4")
 
