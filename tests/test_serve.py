@@ -111,8 +111,9 @@ def test_placed_admission_keeps_plain_decoding_in_one_gemm(small):
     """Four requests of five queued fit four slots of their own, but the second shares the first's:
     placement passes it over, so plain decoding feeds one gemm a step after the prompts, where
     arrival order would feed two; it runs once the first ends."""
-    server = Server(small, small.new_pool(64, 4), Policy("off"), max_batch=4)
-    ids = [server.submit([1 + j % 5 for j in range(n)], max_new=m) for n, m in ((5, 6), (5, 6), (6, 8), (7, 8), (8, 8))]
+    lengths = ((5, 6), (5, 6), (6, 8), (7, 8), (8, 8))
+    server = Server(small, small.new_pool(64, 4), Policy("off"), max_batch=4, place=True)
+    ids = [server.submit([1 + j % 5 for j in range(n)], max_new=m) for n, m in lengths]
     first = server.step()
     assert [r.rid for r in server.running] == [ids[0], ids[2], ids[3], ids[4]] and first.blocks > 1
     blocks = [server.step().blocks for _ in range(4)]
@@ -120,6 +121,16 @@ def test_placed_admission_keeps_plain_decoding_in_one_gemm(small):
     while ids[1] not in [r.rid for r in server.running]:
         server.step()
     assert ids[0] in server.results and server.running[-1].overtaken == 3
+    unplaced = Server(small, small.new_pool(64, 4), Policy("off"), max_batch=4, place=False)
+    for n, m in lengths:
+        unplaced.submit([1 + j % 5 for j in range(n)], max_new=m)
+    unplaced.step()
+    assert [r.rid for r in unplaced.running] == [0, 1, 2, 3] and unplaced.step().blocks == 2
+
+
+def test_placement_is_on_where_rows_sit_at_their_slots(small):
+    """By default a server places its admissions exactly where the model's pass costs its fullest slot."""
+    assert Server(small, small.new_pool(8, 4), Policy("off")).place is (not small.rows_alone)
 
 
 def test_admission_in_arrival_order_for_prompts_of_one_length(small):

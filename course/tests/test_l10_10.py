@@ -351,12 +351,12 @@ def admission_order(batch: int, lengths: list[int], pool_blocks: int) -> dict:
     return {"admitted": order, "peak": peak, "all served": sorted(server.results) == ids}
 
 
-def admitted_at_once(lengths: list[int], budgets: list[int], batch: int = 2) -> dict:
-    """Prompts of these lengths and budgets queued, then one ``_admit``: the running requests in the
-    order admitted, and the ``max_new = 0`` ones it admitted and finished on the way (they take no
-    seat, so one call can pass a request over many times)."""
+def admitted_at_once(lengths: list[int], budgets: list[int], batch: int = 2, place: bool = True) -> dict:
+    """Prompts of these lengths and budgets queued on a server with ``place``, then one ``_admit``:
+    the running requests in the order admitted, and the ``max_new = 0`` ones it admitted and
+    finished on the way (they take no seat, so one call can pass a request over many times)."""
     model = small()
-    server = Server(model, model.new_pool(256, 4), Policy("off"), max_batch=batch)
+    server = Server(model, model.new_pool(256, 4), Policy("off"), max_batch=batch, place=place)
     for i, (n, m) in enumerate(zip(lengths, budgets)):
         server.submit([1 + (j % 5) for j in range(n)], GREEDY, seed=i, max_new=m)
     server._admit()
@@ -368,7 +368,7 @@ def admitted_after_steps(first: int, steps: int, lengths: list[int], batch: int 
     then prompts of these lengths queued and one ``_admit``: the running requests in the order
     admitted."""
     model = small()
-    server = Server(model, model.new_pool(256, 4), Policy("off"), max_batch=batch)
+    server = Server(model, model.new_pool(256, 4), Policy("off"), max_batch=batch, place=True)
     server.submit([1 + (j % 5) for j in range(first)], GREEDY, max_new=12)
     for _ in range(steps):
         server.step()
@@ -381,7 +381,7 @@ def admitted_after_steps(first: int, steps: int, lengths: list[int], batch: int 
 def cases_admission_placed_never_starved():
     rule = ("card 2.4: the queue's head is admitted first, while fewer than max_batch run and the pool can hold "
             "its whole budget (blocks_for(prompt + max_new)); no request overtakes it")
-    placed = ("card 2.4: among the first 16 queued requests the pool holds, the one whose last token's slot "
+    placed = ("card 2.4: with place, among the first 16 queued requests the pool holds, the one whose last token's slot "
               "(len(prompt) - 1) % 16 the fewest running requests' last tokens share (a running request's: "
               "(len(prompt) + len(out.tokens) - 1) % 16), the earliest on a tie; "
               "a head passed over 16 times (overtaken) goes next")
@@ -389,6 +389,9 @@ def cases_admission_placed_never_starved():
         Case("a request on a crowded slot waits for one on a free slot",
              "admitted_at_once([5, 5, 6], [3, 3, 3], batch=3)", lambda: admitted_at_once([5, 5, 6], [3, 3, 3], batch=3),
              {"running": [0, 2, 1], "finished at admission": []}, placed),
+        Case("without place, arrival order", "admitted_at_once([5, 5, 6], [3, 3, 3], batch=3, place=False)",
+             lambda: admitted_at_once([5, 5, 6], [3, 3, 3], batch=3, place=False),
+             {"running": [0, 1, 2], "finished at admission": []}, rule),
         Case("a crowded request passed over 16 times goes next",
              "admitted_at_once([5, 5] + [6] * 20, [3, 3] + [0] * 20)",
              lambda: admitted_at_once([5, 5] + [6] * 20, [3, 3] + [0] * 20),

@@ -459,18 +459,21 @@ class Server:
     (:meth:`_admit`), while the batch has room (``max_batch``) and the pool can hold each one's
     whole budget, then runs one forward for every running request. A request that ends (EOS,
     ``max_new``, or its listener says stop) gives back all its blocks in that step and its result
-    goes to ``results``.
+    goes to ``results``. ``place`` (default: where the model sits rows at their slots, not
+    ``model.rows_alone``) turns placement on; without it admission goes in arrival order.
     """
 
     def __init__(self, model: TinyLlama, pool: KvPool, policy: Policy, max_batch: int = 16,
                  cost: CostTable | None = None, drafter: Drafter = lookup_drafter,
-                 prefix_cache: bool = False) -> None:
+                 prefix_cache: bool = False, place: bool | None = None) -> None:
         if policy.kind == "adaptive" and cost is None:
             raise SpecError("the adaptive policy needs a cost table: profile(model)")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise SpecError(f"max_batch must be an integer >= 1, got {max_batch!r}")
         self.model, self.pool, self.policy, self.cost = model, pool, policy, cost
         self.max_batch, self.prefix_cache = max_batch, prefix_cache
+        # placing admissions on the slots pays only where a pass runs as many gemms as its fullest slot
+        self.place = not model.rows_alone if place is None else place
         # The default drafter reads the lookups this step made first (Server._lookup), so the
         # adaptive policy's look before it chooses k costs no second lookup.
         self.looks_up = drafter is lookup_drafter
@@ -525,11 +528,11 @@ class Server:
 
     def _admit(self) -> None:
         """Admit while fewer than ``max_batch`` run and the pool can hold the head's budget (a head
-        that does not fit waits, and nothing passes it). Each admission places a request: among
-        the first ``ADMIT_WINDOW`` queued requests the pool can hold, the one whose last token's
-        slot the fewest running requests' last tokens share, the earliest on a tie; a head passed
-        over ``ADMIT_WINDOW`` times goes next. An admitted request's estimate starts from the
-        server's pooled one."""
+        that does not fit waits, and nothing passes it). With ``place``, each admission places a
+        request: among the first ``ADMIT_WINDOW`` queued requests the pool can hold, the one whose
+        last token's slot the fewest running requests' last tokens share, the earliest on a tie; a
+        head passed over ``ADMIT_WINDOW`` times goes next. Without, the head goes. An admitted
+        request's estimate starts from the server's pooled one."""
         raise NotImplementedError("serve.Server._admit (L10.10): not written yet -- "
                                   "see course/L10.10.md section 2.4")
 
