@@ -62,11 +62,11 @@ table's; latency is still measured.)
     python bench/load.py --quick --model smollm2 --cost bench/cost_tables/smollm2_quick.json --priced
 
 ``--slots random`` draws each request's starting slot at random (seeded) instead of spreading the
-queue over the slots, as traffic whose prompts vary in length sits. Either way the server places
-the requests it admits (``tinyllm.serve.Server._admit``: of the first 16 queued, the one whose
-last token's slot the fewest running requests share), so where every row sits at its slot of
-16-row gemms, plain decoding and speculation alike start each request where it adds the fewest
-gemms it can; a speculating request then moves by the tokens it accepts.
+queue over the slots, as traffic whose prompts vary in length sits. Where every row sits at its
+slot of 16-row gemms the server places the requests it admits either way
+(``tinyllm.serve.Server._admit``: of the first 16 queued, the one whose last token's slot the
+fewest running requests share), so plain decoding and speculation alike start each request where
+it adds the fewest gemms it can; a speculating request then moves by the tokens it accepts.
 """
 
 import os
@@ -558,7 +558,8 @@ def main() -> int:
     ap.add_argument("--priced", action="store_true", help="price each cell's steps by the cost table, not the clock")
     ap.add_argument("--slots", choices=("spread", "random"), default="spread",
                     help="the gemm slots the queued requests start at: spread over the slots in a shuffled "
-                         "round, or drawn at random (the server places its admissions among the first 16 queued)")
+                         "round, or drawn at random (where rows sit at their slots the server places its "
+                         "admissions among the first 16 queued)")
     args = ap.parse_args()
     if args.priced and args.cost is None:
         ap.error("--priced needs --cost FILE: a table profiled in the same run would differ run to run")
@@ -588,8 +589,9 @@ def main() -> int:
             f"per draft {cost.draft_seconds * 1e3:.3f} (at {context} tokens of context; "
             f"the fit within {cost.fit_error:.0%} of every profiled pass)")
     print("slots: " + ("each request's starting slot drawn at random (--slots random)" if args.slots == "random" else
-                       "spread, a slot each before any shares one (--slots random draws them); the server "
-                       "places each admission among the first 16 queued"))
+                       "spread, a slot each before any shares one (--slots random draws them)")
+          + ("; rows fed alone: the server admits in arrival order" if model.rows_alone else
+             "; the server places each admission among the first 16 queued"))
     cells = measure(model, cost, work, batches, workloads, waves, repeats)
     if args.priced:
         print(f"priced: every cell's seconds are the cost table's ({args.cost}), not measured")
