@@ -1,6 +1,8 @@
 """What the benchmarks' printed tables and saved figures share."""
 
 import os
+import sys
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -11,6 +13,20 @@ def print_table(head: str, lines: Iterable[str]) -> None:
     print("-" * len(head))
     for line in lines:
         print(line)
+
+
+def out_folder(path: Path) -> Path:
+    """``path``, made with its parents and written to once before the run: a run's figures are
+    written at its end, and a folder that cannot take them would lose minutes of measurement (the
+    full SmolLM2 load run takes 40). One that cannot stops the run at once, with its name."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        print(f"error: --out {path}: cannot write there ({err.strerror or err})", file=sys.stderr)
+        raise SystemExit(2) from None
+    return path
 
 
 def finish_figure(fig, path: Path, *legends) -> None:

@@ -90,7 +90,7 @@ from tinyllm.sampling import SamplingParams  # noqa: E402
 from tinyllm.model import GEMM_ROWS  # noqa: E402
 from tinyllm.serve import CostTable, Policy, Server, gemm_blocks, profile  # noqa: E402
 from tinyllm.smollm2 import RealModelMissing  # noqa: E402
-from display import blas, blas_text, finish_figure, print_table  # noqa: E402
+from display import blas, blas_text, finish_figure, out_folder, print_table  # noqa: E402
 
 BLOCK_TOKENS = 16
 MIN_REQUESTS = 4
@@ -563,6 +563,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.priced and args.cost is None:
         ap.error("--priced needs --cost FILE: a table profiled in the same run would differ run to run")
+    out_folder(args.out)
     began = time.perf_counter()
     batches = [1, 4, 16] if args.quick else [1, 2, 4, 8, 16, 32]
     workloads = ["code-edit", "shift"] if args.quick else ["code-edit", "prose", "shift"]
@@ -627,7 +628,6 @@ def main() -> int:
         print("gemms per emitted token, adaptive above plain: " + ", ".join(
             f"{cell} {mine:.5f} against {plain:.5f} ({mine / plain - 1:+.2%})"
             for cell, (mine, plain) in facts["blocks_per_token_over_plain"].items()))
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = "load" if args.model == "tiny" else "load_smollm2"
     report = {"model": args.model, "blas": kernels, "quick": args.quick, "slots": args.slots, "batches": batches,
               "workloads": workloads, "waves": waves, "max_new": max_new, "priced": args.priced,

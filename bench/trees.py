@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "solutions"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from display import out_folder  # noqa: E402
 from speculation import BLOCK_TOKENS, REPETITIVE, WEIGHTS, WORKLOADS  # noqa: E402
 from tinyllm.model import TinyLlama  # noqa: E402
 from tinyllm.runner import RunnerTarget  # noqa: E402
@@ -336,6 +337,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out", help="folder for trees.json")
     ap.add_argument("--draft", type=Path, default=DRAFT_WEIGHTS, help="the draft llama's .npz")
     args = ap.parse_args()
+    out_folder(args.out)
 
     model = TinyLlama.load(WEIGHTS)
     draft_model = TinyLlama.load(args.draft)
@@ -372,7 +374,6 @@ def main() -> None:
           f"chain, {costs['tree_16_ms']:.3f} ms for a 16-node tree (4 branches of 4); draft model "
           f"{costs['draft_1_ms']:.3f} ms feeding 1 ({costs['draft_over_target_4']:.2f} of the target's 4-id pass)")
     drafts["pass_costs"] = costs
-    args.out.mkdir(parents=True, exist_ok=True)
     report = {"quick": args.quick, "ks": ks, "max_new": max_new, "tree_max_new": TREE_MAX_NEW, "seeds": seeds,
               "repeats": repeats,
               "seconds": time.perf_counter() - began, "trees": rows, "chain_misses": misses, "tree_clock": clock,

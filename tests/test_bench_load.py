@@ -54,6 +54,16 @@ def test_priced_needs_a_saved_table():
     assert ran.returncode == 2 and "--priced needs --cost FILE" in ran.stderr
 
 
+@pytest.mark.parametrize("script", ["load.py", "speculation.py", "trees.py"])
+def test_an_out_folder_that_cannot_be_written_stops_the_run_before_it_starts(tmp_path, script):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    ran = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--quick", "--out", str(blocker / "out")],
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 2 and ran.stdout == ""
+    assert ran.stderr == f"error: --out {blocker / 'out'}: cannot write there (Not a directory)\n"
+
+
 def test_a_missing_real_model_is_an_error_line_not_a_traceback(no_real_model, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["load.py", "--model", "smollm2", "--quick"])
     assert load.main() == 2
