@@ -196,6 +196,48 @@ def test_no_block_leaks_over_1000_requests(small):
     assert done == 1000 and pool.num_free() == pool.num_blocks
 
 
+@pytest.mark.parametrize("policy", ["off", "4", "adaptive"])
+def test_the_prefix_cache_leaks_no_block_and_changes_no_token(small, policy):
+    """Prompts that share their first blocks, random arrivals, lengths, EOS, temperatures and
+    listeners that stop early: after every step the free blocks are those no running request
+    holds (a shared block counted once); at the end the pool is empty; and every request comes
+    out token for token as it does from a server without the cache (under the adaptive policy the
+    greedy ones: a sampled request's draws follow the rows it is given, section 2.4)."""
+    rnd = random.Random(11)
+    bases = [[rnd.randrange(32) for _ in range(12)] for _ in range(3)]
+    plan = []  # (step, prompt, temperature, seed, max_new, eos, stop_at) per request
+    for step in range(120):
+        for _ in range(rnd.choice([0, 0, 1, 3])):
+            prompt = rnd.choice(bases)[:rnd.randint(1, 12)] + [rnd.randrange(32) for _ in range(rnd.randint(0, 4))]
+            plan.append((step, prompt, rnd.choice([0.0, 1.0]), rnd.randrange(99), rnd.randint(0, 16),
+                         [rnd.randrange(32)], rnd.choice([None, rnd.randint(1, 8)])))
+    outputs = []
+    for cache in (True, False):
+        pool = small.new_pool(64, 4)
+        server = Server(small, pool, Policy.parse(policy), max_batch=6, cost=COST, prefix_cache=cache)
+        ids, at, step = [], 0, 0
+        while at < len(plan) or not server.idle():
+            while at < len(plan) and plan[at][0] <= step:
+                _, prompt, temperature, seed, max_new, eos, stop_at = plan[at]
+                heard: list[int] = []
+
+                def listener(token, logprob, heard=heard, stop_at=stop_at):
+                    heard.append(token)
+                    return stop_at is None or len(heard) < stop_at
+
+                ids.append(server.submit(prompt, SamplingParams(temperature=temperature), seed=seed,
+                                         max_new=max_new, eos=eos, on_token=listener))
+                at += 1
+            server.step()
+            step += 1
+            held = {b for r in server.running for b in r.table}
+            assert pool.num_free() == pool.num_blocks - len(held)
+        assert pool.num_free() == pool.num_blocks
+        outputs.append([server.results[i].tokens for i in ids])
+    same = [i for i, request in enumerate(plan) if policy != "adaptive" or request[2] == 0.0]
+    assert len(same) > 40 and [outputs[0][i] for i in same] == [outputs[1][i] for i in same]
+
+
 def test_blocks_fed_adaptive_never_above_plain(tiny):
     """Drafts only take slots the pass pays anyway or gemms worth their time: on repeating text
     at B = 8 adaptive feeds no more 16-row gemms per emitted token than plain decoding."""
