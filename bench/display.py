@@ -15,8 +15,8 @@ def print_table(head: str, lines: Iterable[str]) -> None:
         print(line)
 
 
-def out_folder(path: Path) -> Path:
-    """``path``, made with its parents and written to once before the run: a run's figures are
+def out_folder(path: Path) -> None:
+    """Make ``path`` with its parents and write to it once, before the run: a run's figures are
     written at its end, and a folder that cannot take them would lose minutes of measurement (the
     full SmolLM2 load run takes 40). One that cannot stops the run at once, with its name."""
     try:
@@ -26,7 +26,6 @@ def out_folder(path: Path) -> Path:
     except OSError as err:
         print(f"error: --out {path}: cannot write there ({err.strerror or err})", file=sys.stderr)
         raise SystemExit(2) from None
-    return path
 
 
 def finish_figure(fig, path: Path, *legends) -> None:
