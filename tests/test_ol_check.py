@@ -142,6 +142,18 @@ def test_a_pitfall_gets_its_hint(tmp_path):
     assert "verify_matches_python_l8_6: all 142 cases agree" in diff.out
 
 
+def test_a_hint_on_one_case_says_nothing_of_other_cases(tmp_path):
+    put_reference(tmp_path, "spec.py")
+    edit(tmp_path / "tinyllm" / "spec.py", "return sample_dense(residual(p, q), u_resample), False",
+         "return sample_dense(p, u_resample), False")
+    ran = ol("check", "L10.8", "--ref-deps", "-k", "sampled_spec_keeps_the_target_distribution", workspace=tmp_path)
+    assert ran.code == 1, ran.text
+    hints = [line for line in ran.out.splitlines() if line.startswith("Hint")]
+    assert hints == ["Hint: pitfall s12, \"Resampling from p instead of the residual\": it gives your answer on the "
+                     "one case where yours differs from the reference's in sampled_spec_keeps_the_target_distribution. "
+                     "Symptom: the drafted token is over-represented."], ran.out
+
+
 def test_diff_says_an_unwritten_function_in_one_line(tmp_path):
     assert ol("start", "L10.8", workspace=tmp_path).code == 0
     ran = ol("diff", "L10.8", "--ref-deps", "-k", "prompt_lookup_matches", workspace=tmp_path)

@@ -84,12 +84,16 @@ class TestDiagnosis:
                     f"answers on this test (none of {_ids(module)})")
         return (f"{' and '.join(_title(module, p) for p in pitfalls)} "
                 f"{'gives' if len(pitfalls) == 1 else 'each give'} your answer on {_all_where(self.differing)} "
-                f"where yours differs from the reference's, and the reference's on the other "
-                f"{self.cases - self.differing} (where yours is right too)")
+                f"where yours differs from the reference's{_right_too(self.cases - self.differing)}")
 
 
 def _cases_where(differing: int, cases: int) -> str:
     return f"{differing} of its {cases} cases" if cases > 1 else "its one case"
+
+
+def _right_too(right: int) -> str:
+    """The clause on the cases a pitfall answers as the reference does, where there are any."""
+    return f", and the reference's on the other {right} (where yours is right too)" if right else ""
 
 
 def _all_where(differing: int) -> str:
@@ -162,8 +166,8 @@ class Diagnosis:
         differing = sum(d.differing for d in tests)
         right = sum(d.cases - d.differing for d in tests)
         return (f"Hint: pitfall {pitfall.id}, \"{pitfall.title}\": it gives your answer on {_all_where(differing)} "
-                f"where yours differs from the reference's in {', '.join(agree)}, and the reference's on the "
-                f"other {right} (where yours is right too). Symptom: {pitfall.symptom}.")
+                f"where yours differs from the reference's in {', '.join(agree)}{_right_too(right)}. "
+                f"Symptom: {pitfall.symptom}.")
 
 
 def _shows(message: str | None, case: CaseView, test: str) -> bool:
