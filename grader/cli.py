@@ -53,8 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("module", help="a module id, e.g. L10.8")
     start.add_argument("--force", action="store_true", help="replace your files with fresh stubs, keeping a timestamped backup in .ol/backups/")
 
-    tests = verbs.add_parser("tests", help="a module's graded tests: kind, what each checks, why it matters",
-                             description="Show a module's graded tests and the pitfalls they catch.")
+    tests = verbs.add_parser("tests", parents=[where], help="a module's graded tests: kind, what each checks, why it matters",
+                             description="Show a module's graded tests and the pitfalls they catch, with how each did at "
+                                         "your last ol check of the module.")
     tests.add_argument("module", help="a module id, e.g. L10.8")
 
     check = verbs.add_parser("check", parents=[where], help="run a module's graded tests on your code (exit code is the verdict)",
@@ -143,7 +144,7 @@ def dispatch(args: argparse.Namespace) -> int:
         return start(args.module, args.workspace, args.force)
     if args.verb == "tests":
         from grader.commands.tests import show_tests
-        return show_tests(args.module)
+        return show_tests(args.module, args.workspace)
     if args.verb == "check":
         from grader.commands.check import check
         return check(args.module, args.workspace, args.ref_deps, args.keyword, args.timeout, args.json_path,

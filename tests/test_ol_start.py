@@ -67,6 +67,19 @@ def test_tests_table_names_every_test_with_its_kind():
     assert "s13" in ran.out
 
 
+def test_tests_table_shows_the_last_check_of_the_workspace(tmp_path):
+    assert ol("start", "L10.8", workspace=tmp_path).code == 0
+    assert "last check" not in ol("tests", "L10.8", workspace=tmp_path).out  # nothing checked yet
+    assert ol("check", "L10.8", "--ref-deps", "-k", "hand_example_prompt_lookup", workspace=tmp_path).code == 1
+    shown = ol("tests", "L10.8", "--workspace", str(tmp_path), workspace=ROOT)
+    assert shown.code == 0, shown.text
+    lines = shown.out.splitlines()
+    assert "last check" in lines[2]
+    assert any(line.startswith("hand_example_prompt_lookup ") and " fail " in line for line in lines)
+    assert any(line.startswith("sampled_spec_keeps_the_target_distribution ") and " not run " in line for line in lines)
+    assert "0 of 20 passed" in shown.out and "from the reference" in shown.out
+
+
 def test_workspace_from_option_and_environment(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     refused = ol("start", "L10.8", "--workspace", str(tmp_path / "file"), workspace=ROOT)
