@@ -458,8 +458,9 @@ class Bank:
     Each pass is settled at the next step: its tokens earn ``BANK_RATE`` times plain decoding's
     gemms per token (``rate``: the gemms the pass's fixed rows need, over its requests, each of
     which plain decoding would give one token) and the gemms it was planned to feed are paid.
-    Spending only what is banked keeps gemms per token within plain decoding's; the balance stops
-    at ``BANK_LIMIT``, so savings made before the traffic changed do not pay for many gemms after."""
+    Spending only what is banked keeps gemms per token near plain decoding's (the estimate can run
+    above it: section 2.3); the balance stops at ``BANK_LIMIT``, so savings made before the traffic
+    changed do not pay for many gemms after."""
 
     balance: float = 0.0
     rate: float = 0.0
