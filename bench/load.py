@@ -62,7 +62,10 @@ table's; latency is still measured.)
     python bench/load.py --quick --model smollm2 --cost bench/cost_tables/smollm2_quick.json --priced
 
 ``--slots random`` draws each request's starting slot at random (seeded) instead of spreading the
-queue over the slots, as traffic whose prompts vary in length sits. Where every row sits at its
+queue over the slots, as traffic whose prompts vary in length sits. ``--slot-seed N`` shuffles (or
+draws) the slots with another seed: the same traffic in another order. A speculating server's
+requests then meet on other slots, and one cell's figures move by more than the run's noise
+(``bench/README.md``, "One run is one draw"), so a figure near a bound is read over several seeds. Where every row sits at its
 slot of 16-row gemms the server places the requests it admits either way
 (``tinyllm.serve.Server._admit``: of the first 16 queued, the one whose last token's slot the
 fewest running requests share), so plain decoding and speculation alike start each request where
@@ -113,7 +116,7 @@ class Workloads:
     max_new: int
 
 
-def spread(make, count: int, slots_drawn: str = "spread") -> list[list[int]]:
+def spread(make, count: int, slots_drawn: str = "spread", seed: int = SLOT_SEED) -> list[list[int]]:
     """``count`` prompts ``make(n)`` (n filler words), each starting its output at another of the
     gemm slots some n reaches, in an order shuffled once (seeded), and round again: requests of a
     queue do not start in step, nor on slots that follow their order in the queue (then requests
@@ -121,20 +124,20 @@ def spread(make, count: int, slots_drawn: str = "spread") -> list[list[int]]:
     both models' workloads: four requests sit on four slots, sixteen share two, and the first 16
     queued, which the server places its admissions among, hold every slot the fillers reach.
     ``slots_drawn="random"`` draws each prompt's slot at random among those (seeded) instead, as
-    traffic whose prompts vary in length sits."""
+    traffic whose prompts vary in length sits. ``seed`` seeds the shuffle or the draws."""
     by_slot: dict[int, list[int]] = {}
     for n in range(len(FILLER) + 1):
         ids = make(n)
         by_slot.setdefault(len(ids) % BLOCK_TOKENS, ids)
     slots = sorted(by_slot)
-    rng = random.Random(SLOT_SEED)
+    rng = random.Random(seed)
     if slots_drawn == "random":
         return [by_slot[rng.choice(slots)] for _ in range(count)]
     rng.shuffle(slots)
     return [by_slot[slots[i % len(slots)]] for i in range(count)]
 
 
-def tiny_workloads(count: int, max_new: int, slots_drawn: str = "spread"):
+def tiny_workloads(count: int, max_new: int, slots_drawn: str = "spread", seed: int = SLOT_SEED):
     from speculation import WORKLOADS
 
     from tinyllm.model import TinyLlama
@@ -144,12 +147,12 @@ def tiny_workloads(count: int, max_new: int, slots_drawn: str = "spread"):
     def make(text):
         return lambda n: list((" ".join(FILLER[:n]) + "\n" if n else "").encode() + text.encode())
 
-    prompts = {"code-edit": spread(make(WORKLOADS["code"][0]), count, slots_drawn),
-               "prose": spread(make(WORKLOADS["prose"][0]), count, slots_drawn)}
+    prompts = {"code-edit": spread(make(WORKLOADS["code"][0]), count, slots_drawn, seed),
+               "prose": spread(make(WORKLOADS["prose"][0]), count, slots_drawn, seed)}
     return model, Workloads(prompts, [], max_new)
 
 
-def smollm2_workloads(count: int, max_new: int, slots_drawn: str = "spread"):
+def smollm2_workloads(count: int, max_new: int, slots_drawn: str = "spread", seed: int = SLOT_SEED):
     from smollm2_speculation import WORKLOADS
 
     from tinyllm import smollm2
@@ -164,8 +167,8 @@ def smollm2_workloads(count: int, max_new: int, slots_drawn: str = "spread"):
             return m.chat(messages[:-1] + [last])
         return with_filler
 
-    prompts = {"code-edit": spread(make(WORKLOADS["code-edit"][0]), count, slots_drawn),
-               "prose": spread(make(WORKLOADS["chat"][0]), count, slots_drawn)}
+    prompts = {"code-edit": spread(make(WORKLOADS["code-edit"][0]), count, slots_drawn, seed),
+               "prose": spread(make(WORKLOADS["chat"][0]), count, slots_drawn, seed)}
     return m.model, Workloads(prompts, [m.eos], max_new)
 
 
@@ -560,6 +563,8 @@ def main() -> int:
                     help="the gemm slots the queued requests start at: spread over the slots in a shuffled "
                          "round, or drawn at random (where rows sit at their slots the server places its "
                          "admissions among the first 16 queued)")
+    ap.add_argument("--slot-seed", type=int, default=SLOT_SEED, metavar="N",
+                    help=f"seed of the slots' shuffle or draws (default {SLOT_SEED}): the same traffic in another order")
     args = ap.parse_args()
     if args.priced and args.cost is None:
         ap.error("--priced needs --cost FILE: a table profiled in the same run would differ run to run")
@@ -574,7 +579,7 @@ def main() -> int:
     repeats = 1 if args.priced else repeats  # a priced cell comes out the same every time
     load = tiny_workloads if args.model == "tiny" else smollm2_workloads
     try:
-        model, work = load(max(max(batches) * max(waves, 2), 2 * MIN_REQUESTS), max_new, args.slots)
+        model, work = load(max(max(batches) * max(waves, 2), 2 * MIN_REQUESTS), max_new, args.slots, args.slot_seed)
     except RealModelMissing as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -591,6 +596,7 @@ def main() -> int:
             f"the fit within {cost.fit_error:.0%} of every profiled pass)")
     print("slots: " + ("each request's starting slot drawn at random (--slots random)" if args.slots == "random" else
                        "spread, a slot each before any shares one (--slots random draws them)")
+          + f", seed {args.slot_seed}"
           + ("; rows fed alone: the server admits in arrival order" if model.rows_alone else
              "; the server places each admission among the first 16 queued"))
     cells = measure(model, cost, work, batches, workloads, waves, repeats)
@@ -629,7 +635,8 @@ def main() -> int:
             f"{cell} {mine:.5f} against {plain:.5f} ({mine / plain - 1:+.2%})"
             for cell, (mine, plain) in facts["blocks_per_token_over_plain"].items()))
     stem = "load" if args.model == "tiny" else "load_smollm2"
-    report = {"model": args.model, "blas": kernels, "quick": args.quick, "slots": args.slots, "batches": batches,
+    report = {"model": args.model, "blas": kernels, "quick": args.quick, "slots": args.slots,
+              "slot_seed": args.slot_seed, "batches": batches,
               "workloads": workloads, "waves": waves, "max_new": max_new, "priced": args.priced,
               "repeats": repeats, "cost": {"block_seconds": cost.block_seconds, "row_seconds": cost.row_seconds,
                                            "request_seconds": cost.request_seconds,

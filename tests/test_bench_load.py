@@ -86,6 +86,21 @@ def test_prompts_spread_over_the_slots_in_rounds_or_drawn_at_random_the_same_eve
     assert len(set(drawn[:16])) < 16 and drawn == slots(load.spread(make, 32, "random"))
 
 
+def test_another_slot_seed_is_the_same_traffic_in_another_order():
+    """``--slot-seed``: the default seed is the run's usual order; another seed shuffles the same
+    slots into another round (or draws others), and a seed gives the same order every time."""
+    def make(n):
+        return list(range(40 + 3 * n))
+
+    def slots(prompts):
+        return [len(p) % load.BLOCK_TOKENS for p in prompts]
+
+    usual, other = slots(load.spread(make, 32)), slots(load.spread(make, 32, seed=load.SLOT_SEED + 1))
+    assert usual == slots(load.spread(make, 32, seed=load.SLOT_SEED))
+    assert other != usual and sorted(other) == sorted(usual) and other == slots(load.spread(make, 32, seed=load.SLOT_SEED + 1))
+    assert slots(load.spread(make, 32, "random", 3)) != slots(load.spread(make, 32, "random", 4))
+
+
 def test_the_control_does_the_plain_servers_work_step_for_step():
     """The negative control is plain decoding again: the same requests give it the same tokens,
     steps and gemms as the first plain server, so what tells the two apart is the machine."""
