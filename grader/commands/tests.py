@@ -3,6 +3,8 @@ learner's last check."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from grader.core.table import render
 from grader.layout.catalog import load_catalog
 from grader.layout.workspace import resolve_workspace
@@ -22,10 +24,20 @@ def show_tests(module_id: str, workspace: str | None = None) -> int:
     print(render(heads, rows))
     if mine:
         passed = sum(mine.get(name) == "pass" for name in module.test_names)
+        unrun = sum(name not in mine for name in module.test_names)
         deps = ", the modules it needs from the reference" if last.get("ref_deps") else ""
-        print(f"\nYour last check ({last.get('when', 'time unknown')}{deps}): {passed} of {len(module.tests)} passed.")
+        unrun_text = f", {unrun} not run (ol check -k runs some)" if unrun else ""
+        print(f"\nYour last check ({_when(last.get('when'))}{deps}): {passed} of {len(module.tests)} passed{unrun_text}.")
     if module.pitfalls:
         print(f"\nNamed pitfalls ({len(module.pitfalls)}), each caught by one test:")
         rows = [[p.id, p.title, p.caught_by] for p in module.pitfalls]
         print(render(["id", "pitfall", "caught by"], rows))
     return 0
+
+
+def _when(stamp: object) -> str:
+    """The check's time as people read it: ``2026-12-05 02:26 UTC``."""
+    try:
+        return datetime.fromisoformat(str(stamp)).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return "time unknown"
