@@ -62,14 +62,16 @@ table's; latency is still measured.)
     python bench/load.py --quick --model smollm2 --cost bench/cost_tables/smollm2_quick.json --priced
 
 ``--slots random`` draws each request's starting slot at random (seeded) instead of spreading the
-queue over the slots, as traffic whose prompts vary in length sits. ``--slot-seed N`` shuffles (or
-draws) the slots with another seed: the same traffic in another order. A speculating server's
-requests then meet on other slots, and one cell's figures move by more than the run's noise
-(``bench/README.md``, "One run is one draw"), so a figure near a bound is read over several seeds. Where every row sits at its
+queue over the slots, as traffic whose prompts vary in length sits. Where every row sits at its
 slot of 16-row gemms the server places the requests it admits either way
 (``tinyllm.serve.Server._admit``: of the first 16 queued, the one whose last token's slot the
 fewest running requests share), so plain decoding and speculation alike start each request where
 it adds the fewest gemms it can; a speculating request then moves by the tokens it accepts.
+
+``--slot-seed N`` shuffles (or draws) the slots with another seed: the same traffic in another
+order. A speculating server's requests then meet on other slots, and one cell's figures move by
+more than the run's noise (``bench/README.md``, "One run is one draw"): a figure near a bound is
+read over several seeds.
 """
 
 import os
