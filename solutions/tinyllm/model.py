@@ -345,18 +345,19 @@ class TinyLlama:
     def new_pool(self, num_blocks: int, block_tokens: int) -> KvPool:
         """A pool for this model, its K/V stored as attention reads them. ``pool.k`` and ``pool.v``
         are views with the pool's axes (layer, block, slot, K/V head, head dim), so every index
-        reads and writes what it would in any pool; in memory, a layer's keys hold (block, K/V
-        head, head dim, slot) and its values (K/V head, block, slot, head dim). The score gemm
+        reads and writes what it would in any pool; in memory, a layer's keys hold (K/V head, head
+        dim, block, slot) and its values (K/V head, block, slot, head dim). The score gemm
         takes one K/V head's keys as (head dim, slots) and the mix gemm its values as (slots, head
-        dim): a group's keys are then gathered in runs of a block's slots rather than one float at
-        a time, and its values straight into the gemm's operand (:class:`_Stored`). A pool whose
-        arrays cannot be replaced keeps its own, and attention lays them out itself."""
+        dim): a stack's keys are then gathered, in runs of a block's slots, into one array the
+        score gemm reads in place, and its values straight into the mix gemm's operand
+        (:class:`_Stored`): one copy each a layer. A pool whose arrays cannot be replaced keeps
+        its own, and attention lays them out itself."""
         c = self.config
         pool = KvPool(num_blocks, block_tokens, c.n_layers, c.n_kv_heads, c.head_dim)
-        keys = np.zeros((c.n_layers, num_blocks, c.n_kv_heads, c.head_dim, block_tokens), dtype=np.float32)
+        keys = np.zeros((c.n_layers, c.n_kv_heads, c.head_dim, num_blocks, block_tokens), dtype=np.float32)
         values = np.zeros((c.n_layers, c.n_kv_heads, num_blocks, block_tokens, c.head_dim), dtype=np.float32)
         try:
-            pool.k, pool.v = keys.transpose(0, 1, 4, 2, 3), values.transpose(0, 2, 3, 1, 4)
+            pool.k, pool.v = keys.transpose(0, 3, 4, 1, 2), values.transpose(0, 2, 3, 1, 4)
         except AttributeError:
             pass
         return pool
@@ -643,8 +644,9 @@ class TinyLlama:
         ``(blocks[i], slots[i])`` is read as if it sat at position ``to[i]`` (a tree path's nodes
         at their positions). Each (row, query head in group) sits at gemm row ``st.at`` of the
         stack's score and mix gemms, whose other operand is one K/V head of its group,
-        contiguous: ``keys`` (hd, span), ``values`` (span, hd). ``stored``: the pool's K/V in the
-        layout :meth:`new_pool` gives them, or None; either way the gemms get the same operands.
+        ``keys`` (hd, span), ``values`` (span, hd), each with unit stride along its rows.
+        ``stored``: the pool's K/V in the layout :meth:`new_pool` gives them, or None; either way
+        the gemms get the same operands.
         """
         c = self.config
         n, nkv, hd = q.shape[0], c.n_kv_heads, c.head_dim
@@ -661,21 +663,22 @@ class TinyLlama:
                 k[to // bt, to % bt] = pool.k[layer, blocks, slots]
                 v[to // bt, to % bt] = pool.v[layer, blocks, slots]
             np.copyto(st.keys[:, :, 0], k.reshape(g, span, nkv, hd).transpose(2, 0, 3, 1))
+            keys = st.keys
             np.copyto(st.values[:, :, 0], v.reshape(g, span, nkv, hd).transpose(2, 0, 1, 3))
         else:
-            k, v = st.k.reshape(-1, nkv, hd, bt), st.values.reshape(nkv, -1, bt, hd)
-            stored.keys[layer].take(st.tables, axis=0, out=k, mode="clip")
+            k, v = st.k.reshape(nkv, hd, -1, bt), st.values.reshape(nkv, -1, bt, hd)
+            stored.keys[layer].take(st.tables, axis=2, out=k, mode="clip")
             stored.values[layer].take(st.tables, axis=1, out=v, mode="clip")
             if to.size:
-                k[to // bt, :, :, to % bt] = pool.k[layer, blocks, slots]
+                k[:, :, to // bt, to % bt] = pool.k[layer, blocks, slots].transpose(1, 2, 0)
                 v[:, to // bt, to % bt] = pool.v[layer, blocks, slots].transpose(1, 0, 2)
-            nb = span // bt
-            np.copyto(st.keys.reshape(nkv, g, 1, hd, nb, bt)[:, :, 0],
-                      k.reshape(g, nb, nkv, hd, bt).transpose(2, 0, 3, 1, 4))
+            # each group's keys (head dim, slots) are a view whose rows sit g spans apart: the
+            # score gemm reads them in place, as from their own array (a gemm packs its operands)
+            keys = k.reshape(nkv, hd, g, 1, span).transpose(0, 2, 3, 1, 4)
         # Query head h reads K/V head h // group; rows of one K/V head are (row, head in group).
         rows = st.q.reshape(nkv, -1, hd)
         rows[:, st.at] = q.reshape(n, nkv, group, hd).transpose(1, 0, 2, 3).reshape(nkv, n * group, hd)
-        _attention(st.q, st.keys, st.values, st.future, st.softmax_rows, st.scores, st.real, st.out)
+        _attention(st.q, keys, st.values, st.future, st.softmax_rows, st.scores, st.real, st.out)
         out = st.out.reshape(nkv, -1, hd)[:, st.at]
         return out.reshape(nkv, n, group, hd).transpose(1, 0, 2, 3).reshape(n, nkv * group * hd)
 
@@ -708,8 +711,8 @@ class _Scratch:
 
 @dataclass
 class _Stored:
-    """A pool's K/V as :meth:`TinyLlama.new_pool` stores them: ``keys`` (layer, block, K/V head,
-    head dim, slot) and ``values`` (layer, K/V head, block, slot, head dim), each the array its
+    """A pool's K/V as :meth:`TinyLlama.new_pool` stores them: ``keys`` (layer, K/V head, head
+    dim, block, slot) and ``values`` (layer, K/V head, block, slot, head dim), each the array its
     view ``pool.k`` / ``pool.v`` was made from."""
 
     keys: np.ndarray
@@ -718,7 +721,7 @@ class _Stored:
     @staticmethod
     def of(pool: KvPool) -> "_Stored | None":
         """The pool's stores, where ``new_pool`` made its ``k`` and ``v`` (and nothing replaced them since)."""
-        keys, values = _viewed(pool.k, (0, 1, 4, 2, 3)), _viewed(pool.v, (0, 2, 3, 1, 4))
+        keys, values = _viewed(pool.k, (0, 3, 4, 1, 2)), _viewed(pool.v, (0, 2, 3, 1, 4))
         return None if keys is None or values is None else _Stored(keys, values)
 
 
