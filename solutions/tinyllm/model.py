@@ -569,8 +569,9 @@ class TinyLlama:
         stack has the gemms its groups need; where they are, a group's rows run packed in the
         stack's gemms, whose height is the largest any group needs (:func:`attention_rows_free`:
         the height does not matter).
-        ``gather_values``: the values are gathered into a buffer of their own first (a pool that
-        :meth:`new_pool` did not lay out, :class:`_Stored`)."""
+        ``gather_values``: the keys and values are gathered into buffers of their own first, then
+        copied into the gemms' operands (a pool that :meth:`new_pool` did not lay out,
+        :class:`_Stored`)."""
         c = self.config
         nkv, hd, group = c.n_kv_heads, c.head_dim, c.n_heads // c.n_kv_heads
         bt = pool.block_tokens
@@ -629,7 +630,7 @@ class TinyLlama:
                               (moved_to, from_blocks, from_slots), at, softmax_rows, future, queries,
                               carve((g * len(table), bt, nkv, hd)),
                               carve((g * len(table), bt, nkv, hd)) if gather_values else None,
-                              carve((nkv, g, 1, hd, span)), carve((nkv, g, 1, span, hd)),
+                              carve((nkv, g, 1, hd, span)) if gather_values else None, carve((nkv, g, 1, span, hd)),
                               carve((nkv, g, gemms, size, span)),
                               None if softmax_rows is None else carve((nkv, len(at), span)),
                               carve((nkv, g, gemms, size, hd))))
@@ -652,7 +653,7 @@ class TinyLlama:
         n, nkv, hd = q.shape[0], c.n_kv_heads, c.head_dim
         group = c.n_heads // nkv
         bt = pool.block_tokens
-        g, span = st.keys.shape[1], st.keys.shape[-1]
+        g, span = st.values.shape[1], st.values.shape[-2]
         to, blocks, slots = st.moves
         # the tables' ids were checked when the pass was planned: clip never clips
         if stored is None:
@@ -749,7 +750,7 @@ class _Stack:
     q: np.ndarray
     k: np.ndarray
     v: np.ndarray | None
-    keys: np.ndarray
+    keys: np.ndarray | None  # the score gemm's keys, copied out of a pool new_pool did not lay out
     values: np.ndarray
     scores: np.ndarray
     real: np.ndarray | None
