@@ -84,10 +84,10 @@ def test_uneven_chunks_and_mixed_sequences_equal_one_at_a_time(model):
 
 @pytest.mark.parametrize("packed", [True, False], ids=["attention rows packed as probed", "16-row slots"])
 def test_stacked_attention_groups_equal_one_at_a_time(model, monkeypatch, packed):
-    # Four sequences in one pass: three at one block count feeding 1, 6 and 1 rows, the fourth a
-    # block further on. Packed, the one-row groups share a stack and the 6-row group has its own
-    # (a stack's gemms are as tall as its tallest group's); in 16-row slots every group of a span
-    # shares one.
+    # Four sequences in one pass: three feeding 1, 6 and 1 rows at block counts 3, 3 and 4, which
+    # round up to one span of 4 (attention_span), the other at block count 5 (a span of 8).
+    # Packed, the one-row groups share a stack and the 6-row group has its own (a stack's gemms
+    # are as tall as its tallest group's); in 16-row slots every group of a span shares one.
     if not packed:
         monkeypatch.setattr("tinyllm.model.attention_rows_free", lambda *shape: False)
     stacked = []
@@ -103,7 +103,7 @@ def test_stacked_attention_groups_equal_one_at_a_time(model, monkeypatch, packed
     alone = [one_at_a_time(model, s) for s in seqs]
     pool = model.new_pool(64, 8)
     tables = [list(range(16 * i, 16 * i + 16)) for i in range(4)]
-    starts, counts = (20, 18, 29, 22), (1, 6, 3, 1)
+    starts, counts = (20, 18, 33, 25), (1, 6, 3, 1)
     for s, table, start in zip(seqs, tables, starts):
         model.forward(pool, [table] * start, list(range(start)), s[:start])
     stacked.clear()
@@ -117,7 +117,7 @@ def test_stacked_attention_groups_equal_one_at_a_time(model, monkeypatch, packed
     assert np.array_equal(out, expected)
     # packed only where this BLAS computes a row the same in a gemm of any height (with
     # OPENBLAS_CORETYPE=Haswell it does not, and every group keeps its 16-row slots)
-    packs = packed and attention_rows_free(model.config.n_kv_heads, model.config.head_dim, 24)
+    packs = packed and attention_rows_free(model.config.n_kv_heads, model.config.head_dim, 32)
     assert stacked == [[2, 3, 6] if packs else [3, 8]]
 
 

@@ -188,7 +188,7 @@ def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Dr
 
     def spread(rows: int, requests: int) -> tuple:
         # request i starts at slot 5 * i % 16 (all 16 differ), two requests to a block count (a
-        # server's requests end at many, and the model stacks the attention of those at one)
+        # server's requests end at many; the model stacks the attention of those rounding alike)
         tb, pos = [], []
         for i in range(requests):
             mine = rows // requests + (i < rows % requests)
