@@ -817,7 +817,7 @@ def attention_span(blocks: int) -> int:
     of ``SPAN_BLOCKS`` with the last block read again (its slots sit past the row's position, so
     the mask hides them). Groups stack by span (:meth:`TinyLlama._attention_stacks`), and each
     stack pays its numpy calls a layer: sixteen requests decoding at contexts a few blocks apart
-    ran in six to eight stacks, and run in two or three (the tiny llama's pass 13% faster at 245
+    ran in eight or nine stacks, and run in two or three (the tiny llama's pass 13% faster at 245
     slots of context). The rounding depends on the row's own block count alone, so the row's bits
     are the same alone, batched or in a tree."""
     return -(-blocks // SPAN_BLOCKS) * SPAN_BLOCKS
