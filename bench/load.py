@@ -34,9 +34,10 @@ It prints the cost table (with its fit's largest error over the profiled passes)
 the table predicts for each static k (the first B where ``AL(k) * T(plain) / T(k)`` falls below 1;
 AL and the tokens drafted per pass from the B = 1 run, the gemms those of the cell's first B
 requests' slots) beside the measured one and, what decides it once B is large, the request cost in
-rows under which that k is slower than plain decoding beside the table's; the static k measured
-below plain on each workload (where acceptance is low speculation costs sooner: the tiny llama's
-k=15 keeps ahead of plain on code-edit at B = 16 and falls behind on the shift); adaptive against the
+rows under which that k is slower than plain decoding beside the table's; the static k below plain
+on each workload, as the same rule predicts from that workload's own B = 1 run and as measured
+(where acceptance is low speculation costs sooner: the tiny llama's k=15 keeps ahead of plain on
+code-edit at B = 16 and falls behind on the shift); adaptive against the
 fastest static k that feeds no more gemms per token than plain (the bound adaptive keeps; the cells
 where no static k keeps it are named); where adaptive fed more gemms per emitted token than plain,
 each such cell with both figures; writes ``load.json`` and ``load.png`` to ``--out``, and ends
@@ -299,45 +300,41 @@ def run_cells(model, pool, cost: CostTable, policies: list[tuple[str, Policy]], 
     return {run.label: run.cell(prompts) for run in runs}
 
 
-def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloads: list[str], waves: int,
-            repeats: int):
-    """Every (workload, B, policy) cell, ``repeats`` times, the policies' steps interleaved (their
-    order turns by one each repeat so none always steps first). A cell counts the time of the
-    tokens ``waves`` x B requests (at least four) emit; the shift serves B code-edit requests
-    then prose requests, each with half the output budget, for as many tokens. Before a code-edit
-    or prose cell counts, B / 4 of its requests (at least one) end on each server, so that
-    the cell measures a server that has been serving that traffic, not one whose pooled estimate
-    still stands at the prior. The shift is not warmed: its measure is the turn from code-edit, which
-    a warm-up would run before the count began; its code-edit start is where the prior is close."""
+def cell_traffic(work: Workloads, name: str, b: int, waves: int) -> tuple[list[list[int]], int, int, int]:
+    """Workload ``name``'s cell at concurrency ``b``: its queue of prompts, output budget, the tokens
+    each policy emits before the cell ends (``waves`` x B requests' worth, at least four
+    requests'), and the requests that end before it counts (B / 4, at least one; none on the
+    shift). The queue is long enough that B requests run all that time; the shift's starts with
+    B code-edit prompts (at least two), then prose, each with half the output budget."""
     code, prose = work.prompts["code-edit"], work.prompts["prose"]
+    warm, count, shifted = max(1, b // 4), max(b * waves, MIN_REQUESTS), max(b, MIN_REQUESTS // 2)
 
-    def warm(b: int) -> int:
-        return max(1, b // 4)
-
-    def count(b: int) -> int:  # at least four requests a cell: the pooled estimate has some to learn from
-        return max(b * waves, MIN_REQUESTS)
-
-    def shifted(b: int) -> int:  # B code-edit requests, then prose (at least two of each)
-        return max(b, MIN_REQUESTS // 2)
-
-    def queue(prompts: list[list[int]], n: int) -> list[list[int]]:  # enough that B stay busy
+    def queue(prompts: list[list[int]], n: int) -> list[list[int]]:
         return [prompts[i % len(prompts)] for i in range(n)]
 
-    loads = {"code-edit": (lambda b: queue(code, warm(b) + 3 * count(b) + b), work.max_new,
-                           lambda b: count(b) * work.max_new),
-             "prose": (lambda b: queue(prose, warm(b) + 3 * count(b) + b), work.max_new,
-                       lambda b: count(b) * work.max_new),
-             "shift": (lambda b: code[:shifted(b)] + queue(prose[shifted(b):] + prose[:shifted(b)], 4 * shifted(b) + b),
-                       work.max_new // 2, lambda b: shifted(b) * work.max_new)}
+    if name == "shift":
+        return (code[:shifted] + queue(prose[shifted:] + prose[:shifted], 4 * shifted + b),
+                work.max_new // 2, shifted * work.max_new, 0)
+    return queue(work.prompts[name], warm + 3 * count + b), work.max_new, count * work.max_new, warm
+
+
+def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloads: list[str], waves: int,
+            repeats: int):
+    """Every (workload, B, policy) cell (:func:`cell_traffic`), ``repeats`` times, the policies'
+    steps interleaved (their order turns by one each repeat so none always steps first). Before a
+    code-edit or prose cell counts, B / 4 of its requests (at least one) end on each server, so
+    that the cell measures a server that has been serving that traffic, not one whose pooled
+    estimate still stands at the prior. The shift is not warmed: its measure is the turn from
+    code-edit, which a warm-up would run before the count began; its code-edit start is where the
+    prior is close."""
     pool = warm_pool(model, work, max(batches))
     cells: dict[tuple, list[Cell]] = {}
     for rep in range(repeats):
         for b in batches:
             for name in workloads:
-                requests, max_new, target = loads[name]
+                prompts, max_new, target, warm = cell_traffic(work, name, b, waves)
                 order = SERVERS[rep % len(SERVERS):] + SERVERS[:rep % len(SERVERS)]
-                ran = run_cells(model, pool, cost, order, requests(b), b, max_new, work.eos, target(b),
-                                0 if name == "shift" else warm(b))
+                ran = run_cells(model, pool, cost, order, prompts, b, max_new, work.eos, target, warm)
                 for label, _ in SERVERS:
                     cells.setdefault((name, b, label), []).append(ran[label])
     return cells
@@ -380,9 +377,9 @@ def table(cells: dict[tuple, list[Cell]], batches: list[int]) -> list[dict]:
     return rows
 
 
-def first_passes(rows: list[dict], batches: list[int], k: int) -> tuple[float, float]:
-    """Static ``k`` on code-edit at the smallest B: tokens emitted and tokens drafted per pass."""
-    first = next(r for r in rows if r["workload"] == "code-edit" and r["B"] == batches[0] and r["policy"] == f"k={k}")
+def first_passes(rows: list[dict], batches: list[int], k: int, name: str = "code-edit") -> tuple[float, float]:
+    """Static ``k`` on workload ``name`` at the smallest B: tokens emitted and tokens drafted per pass."""
+    first = next(r for r in rows if r["workload"] == name and r["B"] == batches[0] and r["policy"] == f"k={k}")
     return first["tokens_per_pass"], first["drafted_per_pass"]
 
 
@@ -421,19 +418,20 @@ def turning_text(cost: CostTable, below: float | None) -> str:
             f"(this table's: {request_in_rows(cost):.1f})")
 
 
-def predicted_crossover(cost: CostTable, rows: list[dict], starts: list[int], batches: list[int]
-                        ) -> dict[int, int | None]:
-    """Per static k: the first B where ``AL(k) * T(plain) / T(k) < 1`` on code-edit. From the B = 1
-    run: AL(k), the tokens per pass, and d, the tokens drafted per pass (a static k drafts fewer
-    than k when the lookup finds a shorter match or the output's end is near); then a decoding step
-    of the cell's first B requests (``starts``: the position of each one's first output token)
-    feeds 1 row each, or 1 + d, in the gemms their slots give, priced by the cost table."""
+def predicted_crossover(cost: CostTable, rows: list[dict], starts: dict[int, list[int]], batches: list[int],
+                        name: str = "code-edit") -> dict[int, int | None]:
+    """Per static k: the first B where ``AL(k) * T(plain) / T(k) < 1`` on workload ``name``. From
+    its B = 1 run: AL(k), the tokens per pass, and d, the tokens drafted per pass (a static k
+    drafts fewer than k when the lookup finds a shorter match or the output's end is near); then a
+    decoding step of the cell's first B requests (``starts[B]``: the position of each one's first
+    output token) feeds 1 row each, or 1 + d, in the gemms their slots give, priced by the cost
+    table."""
     out = {}
     for k in STATIC:
-        al, d = first_passes(rows, batches, k)
+        al, d = first_passes(rows, batches, k, name)
         out[k] = None
         for b in batches:
-            first = starts[:b]
+            first = starts[b]
             plain = cost.step_seconds(gemm_blocks(first), b, b)
             fed = [p + j for p in first for j in range(1 + round(d))]
             spec = cost.step_seconds(gemm_blocks(fed), b * (1 + d), b, b)
@@ -441,6 +439,19 @@ def predicted_crossover(cost: CostTable, rows: list[dict], starts: list[int], ba
                 out[k] = b
                 break
     return out
+
+
+def crossover_text(name: str, predicted: dict[int, int | None], measured: dict[str, tuple[int, float]]) -> str:
+    """One workload's static k below plain, as the table predicts and as measured, for people:
+    each k either names, the first B of each and the lowest measured ratio."""
+    said = []
+    for k in STATIC:
+        b, worst = measured.get(str(k), (None, None))
+        if predicted[k] is None and b is None:
+            continue
+        said.append(f"k={k} predicted from B={predicted[k] or 'none'}, measured from B={b or 'none'}"
+                    + (f" ({worst:.2f}x)" if worst is not None else ""))
+    return f"{name} " + (", ".join(said) or "none")
 
 
 def cell_row(rows: list[dict], name: str, b: int, policy: str) -> dict:
@@ -613,16 +624,18 @@ def main() -> int:
     print("cost table check, plain decoding's step, measured / the table's: " + ", ".join(
         f"{r['workload']} B={r['B']} {r['step_ms']:.1f} ms {r['measured_over_predicted']:.2f}x"
         for r in rows if r["policy"] == "off"))
-    crossover = predicted_crossover(cost, rows, [len(p) for p in work.prompts["code-edit"]], batches)
+    predicted = {name: predicted_crossover(cost, rows, {b: [len(p) for p in cell_traffic(work, name, b, waves)[0][:b]]
+                                                        for b in batches}, batches, name)
+                 for name in workloads}
+    crossover = predicted["code-edit"]
     turns = {k: break_even_rows(cost, *first_passes(rows, batches, k)) for k in STATIC}
     line, facts = summary(rows, batches)
     for k in STATIC:
         measured = facts["static_below"].get(str(k), (None,))[0]
         print(f"static k={k}: predicted below plain from B={crossover[k]}, measured from B={measured}; "
               + turning_text(cost, turns[k]))
-    print("static k below plain, measured on each workload: " + "; ".join(
-        f"{name} " + (", ".join(f"k={k} from B={b} ({worst:.2f}x)" for k, (b, worst) in ks.items()) or "none")
-        for name, ks in facts["static_below_by_workload"].items()))
+    print("static k below plain on each workload, as the table predicts and as measured: " + "; ".join(
+        crossover_text(name, predicted[name], facts["static_below_by_workload"][name]) for name in workloads))
     low, high = facts["control_vs_plain"]
     print(f"control: a second plain server in every cell, against the first: {low:.2f}x to {high:.2f}x "
           "(the run's own noise: a ratio this close to a bound does not settle it)")
@@ -644,6 +657,8 @@ def main() -> int:
                                            "request_seconds": cost.request_seconds,
                                            "draft_seconds": cost.draft_seconds, "fit_error": cost.fit_error},
               "predicted_crossover": {str(k): v for k, v in crossover.items()},
+              "predicted_crossover_by_workload": {name: {str(k): v for k, v in ks.items()}
+                                                  for name, ks in predicted.items()},
               "break_even_request_rows": {str(k): v for k, v in turns.items()},
               "request_in_rows": request_in_rows(cost), "summary": facts,
               "greedy_mismatches": bad, "seconds": time.perf_counter() - began, "rows": rows}

@@ -202,6 +202,26 @@ def test_where_a_static_k_falls_below_plain_is_found_on_every_workload():
     assert line.startswith("load: static k=8 below plain from B=none (worst 1.03x)")
 
 
+def test_each_workload_is_predicted_from_its_own_first_passes():
+    """A workload whose drafts are seldom accepted is predicted below plain where one whose drafts
+    are is not, each from its own B = 1 run, at its own cells' slots; the printed line names each
+    k the table or the run puts below plain, and the workloads where neither does."""
+    cost = load.CostTable((1e-3, 1.5e-3), row_seconds=1e-5, request_seconds=1e-4)
+    tokens = {"code-edit": 3.0, "shift": 1.05}
+    rows = [{"workload": name, "B": 1, "policy": f"k={k}", "tokens_per_pass": tokens[name], "drafted_per_pass": 2.0}
+            for name in tokens for k in load.STATIC]
+    spread = {b: [17 * i for i in range(b)] for b in (1, 16)}  # a slot each
+    assert load.predicted_crossover(cost, rows, spread, [1, 16], "code-edit") == dict.fromkeys(load.STATIC)
+    assert load.predicted_crossover(cost, rows, spread, [1, 16], "shift") == dict.fromkeys(load.STATIC, 16)
+    # one slot for every request: plain decoding pays a gemm a request too, and drafting costs less beside it
+    stacked = {b: [16 * i for i in range(b)] for b in (1, 16)}
+    assert load.predicted_crossover(cost, rows, stacked, [1, 16], "shift") == dict.fromkeys(load.STATIC)
+    text = load.crossover_text("shift", {2: None, 4: None, 8: 16, 15: 4}, {"8": (16, 0.95), "2": (4, 0.99)})
+    assert text == ("shift k=2 predicted from B=none, measured from B=4 (0.99x), k=8 predicted from B=16, "
+                    "measured from B=16 (0.95x), k=15 predicted from B=4, measured from B=none")
+    assert load.crossover_text("code-edit", dict.fromkeys(load.STATIC), {}) == "code-edit none"
+
+
 def test_a_no_on_gemms_per_token_names_the_cells_and_both_figures():
     """Adaptive above plain's gemms per emitted token in one cell of four: the line says no, and the
     facts keep that cell with adaptive's figure and plain's (the run prints them before the line).
