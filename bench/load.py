@@ -318,6 +318,20 @@ def cell_traffic(work: Workloads, name: str, b: int, waves: int) -> tuple[list[l
     return queue(work.prompts[name], warm + 3 * count + b), work.max_new, count * work.max_new, warm
 
 
+def cells_context(work: Workloads, workloads: list[str]) -> int:
+    """The context the cells run at, where the cost table is profiled (a request's attention grows
+    with it): each workload's prompts' mean length plus half its output budget, the shift's half
+    code-edit's and half prose's with half the budget, averaged over the workloads run."""
+    def mean_length(name: str) -> float:
+        return statistics.mean(len(p) for p in work.prompts[name])
+
+    def context(name: str) -> float:
+        if name == "shift":
+            return (mean_length("code-edit") + mean_length("prose")) / 2 + work.max_new / 4
+        return mean_length(name) + work.max_new / 2
+    return round(statistics.mean(context(name) for name in workloads))
+
+
 def measure(model, cost: CostTable, work: Workloads, batches: list[int], workloads: list[str], waves: int,
             repeats: int):
     """Every (workload, B, policy) cell (:func:`cell_traffic`), ``repeats`` times, the policies'
@@ -596,8 +610,7 @@ def main() -> int:
     except RealModelMissing as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    # Profiled at the context the cells run at: a request's attention grows with it.
-    context = round(statistics.mean(len(p) for ps in work.prompts.values() for p in ps) + max_new / 2)
+    context = cells_context(work, workloads)
     cost = (saved_cost(args.cost, model.rows_alone) if args.cost else
             profile(model, max_blocks=4, repeats=15 if args.model == "tiny" else 3, context=context))
     kernels = blas(model)

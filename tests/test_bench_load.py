@@ -202,6 +202,15 @@ def test_where_a_static_k_falls_below_plain_is_found_on_every_workload():
     assert line.startswith("load: static k=8 below plain from B=none (worst 1.03x)")
 
 
+def test_the_table_is_profiled_at_the_context_of_the_workloads_run():
+    """Each workload's prompts plus half its output budget; the shift's half code-edit's and half
+    prose's, with half the budget. A quick run serves no prose cell, so prose counts only through
+    the shift."""
+    work = load.Workloads({"code-edit": [[0] * 290, [0] * 310], "prose": [[0] * 100]}, eos=[], max_new=40)
+    assert load.cells_context(work, ["code-edit", "prose", "shift"]) == round((320 + 120 + 210) / 3)
+    assert load.cells_context(work, ["code-edit", "shift"]) == round((320 + 210) / 2)
+
+
 def test_each_workload_is_predicted_from_its_own_first_passes():
     """A workload whose drafts are seldom accepted is predicted below plain where one whose drafts
     are is not, each from its own B = 1 run, at its own cells' slots; the printed line names each
