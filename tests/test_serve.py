@@ -715,6 +715,33 @@ def test_profile_fits_a_linear_cost_exactly(small, monkeypatch, rows_alone):
     assert cost.fit_error < 1e-6
 
 
+def test_profile_keeps_each_pass_at_its_median_pool(small, monkeypatch):
+    """Every pass runs on three pools: where the first is half as slow again as the second and the third a quarter
+    faster, the table is the middle pool's, the linear cost given back exactly."""
+    import numpy as np
+
+    import tinyllm.serve as serve
+
+    assert serve.PROFILE_POOLS == 3
+    clock, pools, real = [0.0], [], small.forward
+
+    def forward(pool, tables, positions, ids, write=None):
+        if id(pool) not in pools:
+            pools.append(id(pool))
+        gemms = int(np.bincount(np.asarray(positions) % 16).max())
+        base = 5e-3 + 2e-3 * (gemms - 1) + 3e-4 * len(ids) + 7e-4 * len({id(t) for t in tables})
+        clock[0] += base * (1.5, 1.0, 0.75)[pools.index(id(pool))]
+        return real(pool, tables, positions, ids, write)
+
+    monkeypatch.setattr(TinyLlama, "rows_alone", property(lambda self: False))
+    monkeypatch.setattr(small, "forward", forward)
+    monkeypatch.setattr(serve.time, "process_time", lambda: clock[0])
+    cost = profile(small, max_blocks=4, repeats=2)
+    assert len(pools) == 3
+    assert cost.block_seconds == pytest.approx((5e-3, 7e-3, 9e-3, 11e-3), rel=1e-6)
+    assert (cost.row_seconds, cost.request_seconds) == pytest.approx((3e-4, 7e-4), rel=1e-6)
+
+
 def test_profile_prices_a_curved_row_cost_over_the_whole_range(small, monkeypatch):
     """Rows cheaper than linear up to 16 and dearer past it (as SmolLM2's passes are): one
     difference of two passes would price a row from one end; the fit stays within a quarter of
