@@ -19,10 +19,10 @@ row (the adaptive policy looks a draft up to choose ``k``, section 2.3). Section
 to ``course/L10.10.md``.
 """
 
-# Given: MAX_DRAFT, PRIOR, WEIGHT, POOL_WEIGHT, EXPLORE, FADE, BANK_RATE, BANK_LIMIT, PROFILE_POOLS, ADMIT_WINDOW, MATCHES,
-# lookup_match, lookup_drafter, Acceptance, CostTable, profile, Policy, Lane, fed_positions, slot_rows, faded, untried, widen, trim, Bank,
-# Request, StepReport, and in Server: the constructor, submit, idle, run, _share_prefix, _lanes, _lookup, _settle,
-# _explore, _set_fills and _offer_prompt. Yours:
+# Given: MAX_DRAFT, PRIOR, WEIGHT, POOL_WEIGHT, EXPLORE, FADE, BANK_RATE, BANK_LIMIT, PROFILE_POOLS, ADMIT_WINDOW,
+# MATCHES, lookup_match, lookup_drafter, Acceptance, CostTable, profile, Policy, Lane, fed_positions, slot_rows, faded,
+# untried, widen, trim, Bank, Request, StepReport, and in Server: the constructor, submit, idle, run, _share_prefix,
+# _lanes, _lookup, _settle, _explore, _set_fills and _offer_prompt. Yours:
 # the eleven functions that raise NotImplementedError, starting with observe; write them in the order of the list at
 # the top of the card's section 2.
 # ol tests L10.10 lists the tests, ol check L10.10 grades them.
