@@ -682,23 +682,29 @@ def test_profile_refuses_a_context_its_spread_cannot_sit_around(small):
         profile(small, context=40)
 
 
-def _clocked_forward(monkeypatch, model, seconds):
+def _clocked_forward(monkeypatch, model, seconds, pool_factors=None):
     """Make ``model.forward`` take ``seconds(gemms, rows, requests)`` on a fake CPU clock that
-    nothing else advances: profile then sees those costs and nothing else."""
+    nothing else advances: profile then sees those costs and nothing else. Given ``pool_factors``,
+    the ``i``-th pool the forward meets runs ``pool_factors[i]`` times as long. Returns the pools
+    met, in order (their ids)."""
     import numpy as np
 
     import tinyllm.serve as serve
 
-    clock = [0.0]
+    clock, pools = [0.0], []
     real = model.forward
 
     def forward(pool, tables, positions, ids, write=None):
+        if id(pool) not in pools:
+            pools.append(id(pool))
         gemms = -(-len(ids) // 16) if model.rows_alone else int(np.bincount(np.asarray(positions) % 16).max())
-        clock[0] += seconds(gemms, len(ids), len({id(t) for t in tables}))
+        factor = 1.0 if pool_factors is None else pool_factors[pools.index(id(pool))]
+        clock[0] += seconds(gemms, len(ids), len({id(t) for t in tables})) * factor
         return real(pool, tables, positions, ids, write)
 
     monkeypatch.setattr(model, "forward", forward)
     monkeypatch.setattr(serve.time, "process_time", lambda: clock[0])
+    return pools
 
 
 @pytest.mark.parametrize("rows_alone", [False, True])
@@ -718,24 +724,12 @@ def test_profile_fits_a_linear_cost_exactly(small, monkeypatch, rows_alone):
 def test_profile_keeps_each_pass_at_its_median_pool(small, monkeypatch):
     """Every pass runs on three pools: where the first is half as slow again as the second and the third a quarter
     faster, the table is the middle pool's, the linear cost given back exactly."""
-    import numpy as np
-
     import tinyllm.serve as serve
 
     assert serve.PROFILE_POOLS == 3
-    clock, pools, real = [0.0], [], small.forward
-
-    def forward(pool, tables, positions, ids, write=None):
-        if id(pool) not in pools:
-            pools.append(id(pool))
-        gemms = int(np.bincount(np.asarray(positions) % 16).max())
-        base = 5e-3 + 2e-3 * (gemms - 1) + 3e-4 * len(ids) + 7e-4 * len({id(t) for t in tables})
-        clock[0] += base * (1.5, 1.0, 0.75)[pools.index(id(pool))]
-        return real(pool, tables, positions, ids, write)
-
     monkeypatch.setattr(TinyLlama, "rows_alone", property(lambda self: False))
-    monkeypatch.setattr(small, "forward", forward)
-    monkeypatch.setattr(serve.time, "process_time", lambda: clock[0])
+    pools = _clocked_forward(monkeypatch, small, lambda g, rows, reqs: 5e-3 + 2e-3 * (g - 1) + 3e-4 * rows + 7e-4 * reqs,
+                             pool_factors=(1.5, 1.0, 0.75))
     cost = profile(small, max_blocks=4, repeats=2)
     assert len(pools) == 3
     assert cost.block_seconds == pytest.approx((5e-3, 7e-3, 9e-3, 11e-3), rel=1e-6)
