@@ -52,6 +52,7 @@ most tokens/s in that cell; the ratio, as every ratio here, the median of the tw
 
     python bench/load.py --quick                    # the trained tiny llama
     python bench/load.py --quick --model smollm2    # SmolLM2-135M-Instruct (CI)
+    python bench/load.py --quick --model smollm2 --preamble 1024    # the same at a long context
 
 ``--cost FILE`` reads the cost table from a ``load.json`` this script wrote (its ``cost``) instead
 of profiling one; ``--priced`` then prices every cell's steps by that table instead of timing
@@ -69,6 +70,13 @@ slot of 16-row gemms the server places the requests it admits either way
 fewest running requests share), so plain decoding and speculation alike start each request where
 it adds the fewest gemms it can; a speculating request then moves by the tokens it accepts.
 
+``--preamble N`` opens every prompt with the same N tokens (a long system prompt, or a document
+the requests all ask about), whose blocks the pool holds once: each request then reads N more
+positions of K/V a pass. The line after the cost table sets that K/V beside the weights a pass
+reads (:func:`kv_over_weights`); where it is large, as on the tiny llama or at a long context
+(MagicDec, arXiv 2408.11049), a request is dear beside a row and the rows a draft adds stay cheap
+as B grows, so the crossover moves to a larger B or goes (``bench/README.md``).
+
 ``--slot-seed N`` shuffles (or draws) the slots with another seed: the same traffic in another
 order. A speculating server's requests then meet on other slots, and one cell's figures move by
 more than the run's noise (``bench/README.md``, "One run is one draw"): a figure near a bound is
@@ -81,6 +89,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one thread: steadier timin
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
@@ -112,11 +121,26 @@ FILLER = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo l
 
 @dataclass
 class Workloads:
-    """Each workload's request prompts (token ids), the EOS ids and the output budget."""
+    """Each workload's request prompts (token ids), the EOS ids, the output budget, and how many
+    tokens every prompt opens with alike (``--preamble``: kept once in the pool)."""
 
     prompts: dict[str, list[list[int]]]
     eos: list[int]
     max_new: int
+    shared: int = 0
+
+
+def preamble_text() -> str:
+    """What a shared preamble is cut from: ``fixtures/model/held_out.txt`` (a Python module none of
+    the workloads' answers copies from), said twice, as a file the requests all carry."""
+    text = (ROOT / "fixtures" / "model" / "held_out.txt").read_text()
+    return text + "\n" + text
+
+
+def shared_prefix(prompts: dict[str, list[list[int]]]) -> int:
+    """The tokens every prompt of every workload opens with."""
+    every = [p for ps in prompts.values() for p in ps]
+    return len(os.path.commonprefix(every))
 
 
 def spread(make, count: int, slots_drawn: str = "spread", seed: int = SLOT_SEED) -> list[list[int]]:
@@ -140,39 +164,61 @@ def spread(make, count: int, slots_drawn: str = "spread", seed: int = SLOT_SEED)
     return [by_slot[slots[i % len(slots)]] for i in range(count)]
 
 
-def tiny_workloads(count: int, max_new: int, slots_drawn: str = "spread", seed: int = SLOT_SEED):
+def tiny_workloads(count: int, max_new: int, slots_drawn: str = "spread", seed: int = SLOT_SEED,
+                   preamble: int = 0):
+    """The tiny llama's workloads; ``preamble``: every prompt opens with that many bytes (its
+    tokens) of :func:`preamble_text`, the last a newline."""
     from speculation import WORKLOADS
 
     from tinyllm.model import TinyLlama
 
     model = TinyLlama.load(ROOT / "fixtures" / "model" / "tiny_llama.npz")
+    text = preamble_text().encode()
+    if preamble > len(text):
+        raise ValueError(f"--preamble {preamble}: the preamble text holds {len(text)} tokens of the tiny llama")
+    opening = (text[:preamble - 1] + b"\n") if preamble else b""
 
     def make(text):
-        return lambda n: list((" ".join(FILLER[:n]) + "\n" if n else "").encode() + text.encode())
+        return lambda n: list(opening + (" ".join(FILLER[:n]) + "\n" if n else "").encode() + text.encode())
 
     prompts = {"code-edit": spread(make(WORKLOADS["code"][0]), count, slots_drawn, seed),
                "prose": spread(make(WORKLOADS["prose"][0]), count, slots_drawn, seed)}
-    return model, Workloads(prompts, [], max_new)
+    return model, Workloads(prompts, [], max_new, shared_prefix(prompts) if preamble else 0)
 
 
-def smollm2_workloads(count: int, max_new: int, slots_drawn: str = "spread", seed: int = SLOT_SEED):
+def smollm2_workloads(count: int, max_new: int, slots_drawn: str = "spread", seed: int = SLOT_SEED,
+                      preamble: int = 0):
+    """SmolLM2's workloads; ``preamble``: the system turn (the workload's own, or the default one)
+    opens with about that many tokens of :func:`preamble_text`."""
     from smollm2_speculation import WORKLOADS
 
     from tinyllm import smollm2
 
     m = smollm2.load()
+    text = m.encode(preamble_text())
+    if preamble > len(text):
+        raise ValueError(f"--preamble {preamble}: the preamble text holds {len(text)} tokens of SmolLM2")
+    notes = m.decode(text[:preamble]) if preamble else ""
+
+    def opened(messages):
+        # the notes open the system turn, so that every workload's prompts share them
+        if not notes:
+            return messages
+        system, rest = ((messages[0]["content"], messages[1:]) if messages[0]["role"] == "system"
+                        else (smollm2.DEFAULT_SYSTEM, messages))
+        return [{"role": "system", "content": "A file for reference:\n" + notes + "\n\n" + system}] + rest
 
     def make(messages):
         def with_filler(n):
             last = dict(messages[-1])
             if n:
                 last["content"] += " (ref: " + " ".join(FILLER[:n]) + ")"
-            return m.chat(messages[:-1] + [last])
+            return m.chat(opened(messages[:-1] + [last]))
         return with_filler
 
     prompts = {"code-edit": spread(make(WORKLOADS["code-edit"][0]), count, slots_drawn, seed),
                "prose": spread(make(WORKLOADS["chat"][0]), count, slots_drawn, seed)}
-    return m.model, Workloads(prompts, [m.eos], max_new)
+    return m.model, Workloads(prompts, [m.eos], max_new, shared_prefix(prompts) if preamble else 0)
 
 
 def budget(max_new: int, i: int) -> int:
@@ -204,8 +250,9 @@ def warm_pool(model, work: Workloads, batch: int):
     last, partial block of its prompt, and no cell pays for a cold cache. Each workload's first
     prompt goes first, so the others share its blocks; the rest are computed in one batch."""
     prompts = list({tuple(p): p for ps in work.prompts.values() for p in ps}.values())
-    per_request = -(-(max(len(p) for p in prompts) + work.max_new) // BLOCK_TOKENS)
-    pinned = sum(len(p) // BLOCK_TOKENS for p in prompts)
+    shared = work.shared // BLOCK_TOKENS  # full blocks every prompt opens with: in the pool once
+    per_request = -(-(max(len(p) for p in prompts) - shared * BLOCK_TOKENS + work.max_new) // BLOCK_TOKENS)
+    pinned = shared + sum(len(p) // BLOCK_TOKENS - shared for p in prompts)
     pool = model.new_pool(pinned + (len(SERVERS) * batch + len(prompts)) * per_request, BLOCK_TOKENS)
     firsts = [ps[0] for ps in work.prompts.values()]
     for wave in (firsts, [p for p in prompts if p not in firsts]):
@@ -316,6 +363,16 @@ def cell_traffic(work: Workloads, name: str, b: int, waves: int) -> tuple[list[l
         return (code[:shifted] + queue(prose[shifted:] + prose[:shifted], 4 * shifted + b),
                 work.max_new // 2, shifted * work.max_new, 0)
     return queue(work.prompts[name], warm + 3 * count + b), work.max_new, count * work.max_new, warm
+
+
+def kv_over_weights(config, context: int) -> float:
+    """The K/V one request reads in a pass at ``context`` positions, over the weights every pass
+    reads (the embedding's rows aside, unless it is the output head too), both in values. Where it
+    is large (a narrow model, a long context: MagicDec's regime) a request's attention is dear
+    beside a row's weight work, and the rows speculation adds stay cheap as B grows."""
+    kv = context * config.n_layers * 2 * config.n_kv_heads * config.head_dim
+    weights = sum(math.prod(shape) for name, shape in config.shapes().items() if name != "tok_emb" or config.tied)
+    return kv / weights
 
 
 def cells_context(work: Workloads, workloads: list[str]) -> int:
@@ -592,7 +649,12 @@ def main() -> int:
                          "admissions among the first 16 queued)")
     ap.add_argument("--slot-seed", type=int, default=SLOT_SEED, metavar="N",
                     help=f"seed of the slots' shuffle or draws (default {SLOT_SEED}): the same traffic in another order")
+    ap.add_argument("--preamble", type=int, default=0, metavar="N",
+                    help="every prompt opens with the same N tokens (a long system prompt or a document, "
+                         "cached once): each request reads N more positions of K/V a pass")
     args = ap.parse_args()
+    if args.preamble < 0:
+        ap.error(f"--preamble must be 0 or more tokens, got {args.preamble}")
     if args.priced and args.cost is None:
         ap.error("--priced needs --cost FILE: a table profiled in the same run would differ run to run")
     out_folder(args.out)
@@ -606,8 +668,9 @@ def main() -> int:
     repeats = 1 if args.priced else repeats  # a priced cell comes out the same every time
     load = tiny_workloads if args.model == "tiny" else smollm2_workloads
     try:
-        model, work = load(max(max(batches) * max(waves, 2), 2 * MIN_REQUESTS), max_new, args.slots, args.slot_seed)
-    except RealModelMissing as err:
+        model, work = load(max(max(batches) * max(waves, 2), 2 * MIN_REQUESTS), max_new, args.slots, args.slot_seed,
+                           args.preamble)
+    except (RealModelMissing, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     context = cells_context(work, workloads)
@@ -620,6 +683,8 @@ def main() -> int:
           + f"; per row {cost.row_seconds * 1e3:.3f}, per request {cost.request_seconds * 1e3:.3f}, "
             f"per draft {cost.draft_seconds * 1e3:.3f} (at {context} tokens of context; "
             f"the fit within {cost.fit_error:.0%} of every profiled pass)")
+    print(f"a request reads {kv_over_weights(model.config, context):.1%} of the weights' size in K/V a pass "
+          f"at {context} positions" + (f" ({work.shared} of them shared by every prompt: --preamble)" if work.shared else ""))
     print("slots: " + ("each request's starting slot drawn at random (--slots random)" if args.slots == "random" else
                        "spread, a slot each before any shares one (--slots random draws them)")
           + f", seed {args.slot_seed}"
@@ -664,7 +729,8 @@ def main() -> int:
             for cell, (mine, plain) in facts["blocks_per_token_over_plain"].items()))
     stem = "load" if args.model == "tiny" else "load_smollm2"
     report = {"model": args.model, "blas": kernels, "quick": args.quick, "slots": args.slots,
-              "slot_seed": args.slot_seed, "batches": batches,
+              "slot_seed": args.slot_seed, "preamble": args.preamble, "shared_tokens": work.shared,
+              "batches": batches,
               "workloads": workloads, "waves": waves, "max_new": max_new, "priced": args.priced,
               "repeats": repeats, "cost": {"block_seconds": cost.block_seconds, "row_seconds": cost.row_seconds,
                                            "request_seconds": cost.request_seconds,
@@ -673,7 +739,8 @@ def main() -> int:
               "predicted_crossover_by_workload": {name: {str(k): v for k, v in ks.items()}
                                                   for name, ks in predicted.items()},
               "break_even_request_rows": {str(k): v for k, v in turns.items()},
-              "request_in_rows": request_in_rows(cost), "summary": facts,
+              "request_in_rows": request_in_rows(cost), "context": context,
+              "kv_over_weights": kv_over_weights(model.config, context), "summary": facts,
               "greedy_mismatches": bad, "seconds": time.perf_counter() - began, "rows": rows}
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(rows, batches, crossover, args.out / f"{stem}.png")

@@ -1,7 +1,7 @@
 """``bench/load.py``'s saved cost tables (``--cost``, ``--priced``): read back as written, and a bad
 file or a priced run without one refused by name; a missing real model named with its install command;
 its negative control; its prompts' slots, spread or drawn; its summary's ratios; the request cost, in rows, under which a static k is slower;
-the line naming the BLAS kernels a run timed."""
+the line naming the BLAS kernels a run timed; a shared preamble, and a request's K/V beside the weights."""
 
 import importlib.util
 import json
@@ -254,3 +254,32 @@ def test_a_run_says_which_kernels_it_timed_and_how_rows_sit(monkeypatch):
     assert "(OPENBLAS_CORETYPE=Haswell set in the environment)" in line and "16-row slots" in line
     assert "over the fed rows alone" in load.blas_text({**kernels, "OPENBLAS_CORETYPE": None, "rows_alone": True})
     assert "OPENBLAS_CORETYPE" not in load.blas_text({**kernels, "OPENBLAS_CORETYPE": None})
+
+
+def test_a_preamble_opens_every_prompt_alike_and_sits_in_the_pool_once():
+    """``--preamble N``: every prompt of every workload opens with the same N tokens, then is one
+    of the prompts without it (the queue's order follows the slots, which the preamble moves); the
+    pool keeps every full block of the prompts once (the preamble's among them)."""
+    model, plain = load.tiny_workloads(32, 8)  # 32: every prompt the fillers make
+    _, work = load.tiny_workloads(8, 8, preamble=100)
+    every = [p for ps in work.prompts.values() for p in ps]
+    assert work.shared == 100 and plain.shared == 0
+    assert all(p[:100] == every[0][:100] for p in every) and bytes(every[0][99:100]) == b"\n"
+    assert all({tuple(p[100:]) for p in work.prompts[name]} <= {tuple(p) for p in plain.prompts[name]}
+               for name in plain.prompts)
+    pool = load.warm_pool(model, work, 4)
+    held = {tuple(p[:end]) for p in every for end in range(16, len(p) + 1, 16)}  # a block is its whole prefix
+    assert pool.num_blocks - pool.num_free() == len(held)
+    with pytest.raises(ValueError, match="--preamble 100000: the preamble text holds 9245 tokens"):
+        load.tiny_workloads(8, 8, preamble=100_000)
+
+
+def test_a_requests_kv_is_set_against_the_weights_a_pass_reads():
+    """K and V of every layer at every position, over every weight but the embedding's rows (which
+    count once where they are the output head too)."""
+    from tinyllm.model import LlamaConfig
+
+    config = dict(vocab=4, dim=8, n_layers=1, n_heads=2, n_kv_heads=1, hidden=8)
+    # norms 8 + 8 + 8, wq 64, wk 32, wv 32, wo 64, gate, up and down 64 each, the head 32
+    for tied in (True, False):
+        assert load.kv_over_weights(LlamaConfig(**config, tied=tied), 10) == pytest.approx(10 * 2 * 4 / 440)
