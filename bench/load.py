@@ -173,10 +173,10 @@ def tiny_workloads(count: int, max_new: int, slots_drawn: str = "spread", seed: 
     from tinyllm.model import TinyLlama
 
     model = TinyLlama.load(ROOT / "fixtures" / "model" / "tiny_llama.npz")
-    text = preamble_text().encode()
-    if preamble > len(text):
-        raise ValueError(f"--preamble {preamble}: the preamble text holds {len(text)} tokens of the tiny llama")
-    opening = (text[:preamble - 1] + b"\n") if preamble else b""
+    source = preamble_text().encode()
+    if preamble > len(source):
+        raise ValueError(f"--preamble {preamble}: the preamble text holds {len(source)} tokens of the tiny llama")
+    opening = (source[:preamble - 1] + b"\n") if preamble else b""
 
     def make(text):
         return lambda n: list(opening + (" ".join(FILLER[:n]) + "\n" if n else "").encode() + text.encode())
@@ -195,10 +195,10 @@ def smollm2_workloads(count: int, max_new: int, slots_drawn: str = "spread", see
     from tinyllm import smollm2
 
     m = smollm2.load()
-    text = m.encode(preamble_text())
-    if preamble > len(text):
-        raise ValueError(f"--preamble {preamble}: the preamble text holds {len(text)} tokens of SmolLM2")
-    notes = m.decode(text[:preamble]) if preamble else ""
+    source = m.encode(preamble_text())
+    if preamble > len(source):
+        raise ValueError(f"--preamble {preamble}: the preamble text holds {len(source)} tokens of SmolLM2")
+    notes = m.decode(source[:preamble]) if preamble else ""
 
     def opened(messages):
         # the notes open the system turn, so that every workload's prompts share them
