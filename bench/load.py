@@ -683,7 +683,8 @@ def main() -> int:
           + f"; per row {cost.row_seconds * 1e3:.3f}, per request {cost.request_seconds * 1e3:.3f}, "
             f"per draft {cost.draft_seconds * 1e3:.3f} (at {context} tokens of context; "
             f"the fit within {cost.fit_error:.0%} of every profiled pass)")
-    print(f"a request reads {kv_over_weights(model.config, context):.1%} of the weights' size in K/V a pass "
+    kv_share = kv_over_weights(model.config, context)
+    print(f"a request reads {kv_share:.1%} of the weights' size in K/V a pass "
           f"at {context} positions" + (f" ({work.shared} of them shared by every prompt: --preamble)" if work.shared else ""))
     print("slots: " + ("each request's starting slot drawn at random (--slots random)" if args.slots == "random" else
                        "spread, a slot each before any shares one (--slots random draws them)")
@@ -740,7 +741,7 @@ def main() -> int:
                                                   for name, ks in predicted.items()},
               "break_even_request_rows": {str(k): v for k, v in turns.items()},
               "request_in_rows": request_in_rows(cost), "context": context,
-              "kv_over_weights": kv_over_weights(model.config, context), "summary": facts,
+              "kv_over_weights": kv_share, "summary": facts,
               "greedy_mismatches": bad, "seconds": time.perf_counter() - began, "rows": rows}
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(rows, batches, crossover, args.out / f"{stem}.png")
