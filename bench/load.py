@@ -631,7 +631,7 @@ def saved_cost(path: Path, rows_alone: bool) -> CostTable:
         saved = json.loads(path.read_text())["cost"]
         return CostTable(tuple(float(t) for t in saved["block_seconds"]), float(saved["row_seconds"]),
                          float(saved["request_seconds"]), float(saved["draft_seconds"]),
-                         float(saved["fit_error"]), rows_alone)
+                         float(saved["fit_error"]), rows_alone, float(saved.get("look_seconds", 0.0)))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"FAIL: --cost {path}: not a load.json with a cost table ({type(e).__name__}: {e})") from None
 
@@ -681,7 +681,8 @@ def main() -> int:
     print("cost table (ms): " + ", ".join(f"{g} gemm{'s' if g > 1 else ''} {t * 1e3:.2f}"
                                            for g, t in enumerate(cost.block_seconds, start=1))
           + f"; per row {cost.row_seconds * 1e3:.3f}, per request {cost.request_seconds * 1e3:.3f}, "
-            f"per draft {cost.draft_seconds * 1e3:.3f} (at {context} tokens of context; "
+            f"per draft {cost.draft_seconds * 1e3:.3f}, the adaptive policy's work per request "
+            f"{cost.look_seconds * 1e3:.3f} (at {context} tokens of context; "
             f"the fit within {cost.fit_error:.0%} of every profiled pass)")
     kv_share = kv_over_weights(model.config, context)
     print(f"a request reads {kv_share:.1%} of the weights' size in K/V a pass "
@@ -735,7 +736,8 @@ def main() -> int:
               "workloads": workloads, "waves": waves, "max_new": max_new, "priced": args.priced,
               "repeats": repeats, "cost": {"block_seconds": cost.block_seconds, "row_seconds": cost.row_seconds,
                                            "request_seconds": cost.request_seconds,
-                                           "draft_seconds": cost.draft_seconds, "fit_error": cost.fit_error},
+                                           "draft_seconds": cost.draft_seconds, "fit_error": cost.fit_error,
+                                           "look_seconds": cost.look_seconds},
               "predicted_crossover": {str(k): v for k, v in crossover.items()},
               "predicted_crossover_by_workload": {name: {str(k): v for k, v in ks.items()}
                                                   for name, ks in predicted.items()},

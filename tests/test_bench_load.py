@@ -31,13 +31,19 @@ load = bench_load()
 
 
 def test_a_saved_table_reads_back_as_written(tmp_path):
+    """Every term comes back; a load.json written before the policy's own work was priced reads
+    that term as 0."""
     path = tmp_path / "load.json"
     cost = {"block_seconds": [0.02, 0.035], "row_seconds": 0.003, "request_seconds": 0.004,
-            "draft_seconds": 2e-5, "fit_error": 0.1}
+            "draft_seconds": 2e-5, "fit_error": 0.1, "look_seconds": 3e-5}
     path.write_text(json.dumps({"cost": cost, "rows": []}))
     table = load.saved_cost(path, rows_alone=True)
     assert table.block_seconds == (0.02, 0.035) and table.row_seconds == 0.003
     assert table.request_seconds == 0.004 and table.draft_seconds == 2e-5 and table.rows_alone
+    assert table.look_seconds == 3e-5
+    del cost["look_seconds"]
+    path.write_text(json.dumps({"cost": cost, "rows": []}))
+    assert load.saved_cost(path, rows_alone=True).look_seconds == 0.0
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"rows": []}', '{"cost": {"block_seconds": [0.1]}}'])

@@ -411,6 +411,28 @@ def test_lookup_match_is_the_lookup_with_the_length_it_matched():
     assert lookup_match([1, 2, 3], 2) == (0, [])
 
 
+def test_a_match_index_looks_up_as_lookup_match_does_while_its_context_grows():
+    """A request's index gives L10.8's lookup at every length its context grows through, a token
+    or several at a time, over alphabets small enough that the 1-, 2- and 3-token matches all
+    occur."""
+    import random
+
+    from tinyllm.serve import MatchIndex
+
+    rng = random.Random(7)
+    for _ in range(200):
+        alphabet = rng.choice((2, 3, 6, 40))
+        ctx = [rng.randrange(alphabet) for _ in range(rng.randrange(1, 30))]
+        index = MatchIndex()
+        for _ in range(25):
+            k = rng.randrange(MAX_DRAFT + 1)
+            assert index.match(list(ctx), k) == lookup_match(ctx, k), (ctx, k)
+            ctx += [rng.randrange(alphabet) for _ in range(rng.randrange(1, 4))]
+    assert MatchIndex().match([1, 2, 3, 9, 1, 2, 3], 2) == (3, [9, 1])
+    assert MatchIndex().match([1, 2, 3, 9, 5, 2, 3], 2) == (2, [9, 5])
+    assert MatchIndex().match([1, 2, 3], 2) == (0, [])
+
+
 def test_a_server_looks_a_draft_up_once_a_step_and_never_for_another_server(tiny, monkeypatch):
     """The adaptive policy looks each request's draft up before it chooses k, and the step's drafter
     call finds that lookup instead of making another; servers on the same prompts in one process
@@ -418,8 +440,9 @@ def test_a_server_looks_a_draft_up_once_a_step_and_never_for_another_server(tiny
     reused would be timed in the first only)."""
     import tinyllm.serve as serve
 
-    calls = []
-    monkeypatch.setattr(serve, "prompt_lookup", lambda ctx, *args: calls.append(args) or prompt_lookup(ctx, *args))
+    calls, match, scan = [], serve.MatchIndex.match, serve.lookup_match
+    monkeypatch.setattr(serve.MatchIndex, "match", lambda self, ctx, k: calls.append(k) or match(self, ctx, k))
+    monkeypatch.setattr(serve, "lookup_match", lambda ctx, k: calls.append(k) or scan(ctx, k))
     servers = [Server(tiny, tiny.new_pool(64, 16), policy, cost=CHEAP)
                for policy in (Policy("adaptive"), Policy("adaptive"), Policy("static", 4))]
     for server in servers:
@@ -427,13 +450,12 @@ def test_a_server_looks_a_draft_up_once_a_step_and_never_for_another_server(tiny
         server.step()  # the prompt: the adaptive policy looks nothing up yet
         for n in MATCHES:
             server.pooled_matched[n].rates = [0.99] * MAX_DRAFT
-    r = servers[0].running[0]
-    n, _ = lookup_match(r.prompt + r.out.tokens, MAX_DRAFT)  # every server's request has this context now
     for server in servers:
         calls.clear()
         report = server.step()
         assert all(k > 0 for k in report.ks.values()), "a request whose pool is sure drafts"
-        assert len(calls) == MATCHES.index(n) + 1, f"{server.policy}: {calls} (one lookup tries n = 3 down to {n})"
+        assert calls == [MAX_DRAFT], f"{server.policy}: {calls} (one lookup a step, for the longest draft)"
+
 
 
 def test_adaptive_reads_the_estimate_of_the_length_its_lookup_matched(tiny):
@@ -583,6 +605,52 @@ def test_exploring_never_adds_a_gemm(small):
     assert calls == []
 
 
+def _looks_and_drafts(server, steps):
+    """Each step's (requests looked up, requests drafting, whether it stood aside)."""
+    out = []
+    for _ in range(steps):
+        report = server.step()
+        out.append((server.looked_up, sum(k > 0 for k in report.ks.values()), server.aside))
+    return out
+
+
+def test_a_policy_whose_looks_do_not_pay_stands_aside_but_one_step_in_explore(tiny):
+    """Where what a look earns is below what the policy's own work on a request costs
+    (``look_seconds``), once fifty looks are valued, the server runs plain decoding's step,
+    nothing looked up and no draft, but one step in EXPLORE, which looks every request up and
+    measures again. Where looks earn more, it never stands aside."""
+    texts = [TEXTS[0] * 2, TEXTS[2] * 2]  # code and a tool call, each said twice: drafts that pay
+    dear = dataclasses.replace(CHEAP, look_seconds=1.0)  # no draft earns a second a request
+    for cost, stands in ((dear, True), (CHEAP, False)):
+        server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), max_batch=2, cost=cost)
+        for text in texts * 4:
+            server.submit(list(text.encode()), max_new=4 * EXPLORE)
+        steps = _looks_and_drafts(server, 6 * EXPLORE)
+        aside = [i for i, (_, _, stood) in enumerate(steps) if stood]
+        assert server.looks_valued >= 50
+        if not stands:
+            assert aside == [] and server.look_value > cost.look_seconds
+            continue
+        assert server.look_value < cost.look_seconds
+        after = steps[aside[0]:aside[0] + 2 * EXPLORE]
+        looking = [i for i, (looked, _, _) in enumerate(after) if looked]
+        assert looking == list(range(EXPLORE - 1, len(after), EXPLORE)), after
+        assert all(drafting == 0 for i, (_, drafting, _) in enumerate(after) if i not in looking)
+
+
+def test_no_request_is_looked_up_where_no_draft_row_could_be_fed(small):
+    """Sixteen requests on sixteen slots and an empty bank: every k is 0 whatever a lookup finds
+    (no free row, no gemm to spend), so none is made."""
+    server = Server(small, small.new_pool(16 * 12, 4), Policy("adaptive"), max_batch=16, cost=COST)
+    for n in range(1, 17):
+        server.submit([1] * n, max_new=2 * EXPLORE + 2)
+    server.step()  # the prompts
+    for looked, drafting, _ in _looks_and_drafts(server, EXPLORE):
+        assert (looked, drafting) == (0, 0)
+    server.bank.balance = 2.0  # a gemm to spend once the last pass is settled: now a draft may be fed
+    assert server.step() and server.looked_up == 16
+
+
 def test_bad_inputs_refused(small):
     pool = small.new_pool(4, 4)
     with pytest.raises(SpecError):
@@ -675,6 +743,21 @@ def test_profile_gives_a_usable_table(small):
     assert cost.row_seconds >= 0 and cost.request_seconds >= 0 and cost.draft_seconds > 0
     assert cost.blocks(5) >= cost.blocks(3)
     assert 0 <= cost.fit_error < float("inf")
+
+
+def test_profile_prices_the_policys_work_or_0_before_it_is_written(small, monkeypatch):
+    """``look_seconds`` is what the policy's own work on a request takes a step; on a learner's
+    stubs (chapter 8 profiles before anything is written) the table comes back with it at 0."""
+    import tinyllm.serve as serve
+
+    assert profile(small, max_blocks=2, repeats=1).look_seconds > 0
+
+    def unwritten(*args, **kwargs):
+        raise NotImplementedError("serve.choose_ks (L10.10): not written yet")
+
+    monkeypatch.setattr(serve, "choose_ks", unwritten)
+    table = profile(small, max_blocks=2, repeats=1)
+    assert table.look_seconds == 0.0 and table.block_seconds[0] > 0
 
 
 def test_profile_refuses_a_context_its_spread_cannot_sit_around(small):
