@@ -638,6 +638,50 @@ def test_a_policy_whose_looks_do_not_pay_stands_aside_but_one_step_in_explore(ti
         assert all(drafting == 0 for i, (_, drafting, _) in enumerate(after) if i not in looking)
 
 
+def test_a_probe_scans_and_every_other_look_goes_through_the_index(tiny, monkeypatch):
+    """A look the policy will make again next step goes through the request's index (a build
+    costs three or four scans); a probe while the policy stands aside, one step in EXPLORE,
+    scans the context instead."""
+    import tinyllm.serve as serve
+
+    calls, match, scan = [], serve.MatchIndex.match, serve.lookup_match
+    monkeypatch.setattr(serve.MatchIndex, "match", lambda self, ctx, k: calls.append("index") or match(self, ctx, k))
+    monkeypatch.setattr(serve, "lookup_match", lambda ctx, k: calls.append("scan") or scan(ctx, k))
+    server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), max_batch=2,
+                    cost=dataclasses.replace(CHEAP, look_seconds=1.0))  # no draft earns a second: it stands aside
+    for text in [TEXTS[0] * 2, TEXTS[2] * 2] * 4:
+        server.submit(list(text.encode()), max_new=4 * EXPLORE)
+    looks = []
+    for _ in range(6 * EXPLORE):
+        calls.clear()
+        server.step()
+        if calls:
+            looks.append((server._steps_aside > 0, set(calls)))
+    probes = [kinds for probe, kinds in looks if probe]
+    assert probes and all(kinds == {"scan"} for kinds in probes), looks
+    assert all(kinds == {"index"} for probe, kinds in looks if not probe), looks
+
+
+def test_the_drafter_finds_the_steps_lookup_whatever_sequence_it_is_handed(tiny, monkeypatch):
+    """The step's drafter call finds the look the policy made, given the context as a list, a
+    tuple or an array, and scans nothing again."""
+    import numpy as np
+
+    import tinyllm.serve as serve
+
+    server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=CHEAP)
+    server.submit(list((TEXTS[0] * 2).encode()), max_new=8)
+    server.step()
+    server._lanes()  # this step's looks
+    scans = []
+    monkeypatch.setattr(serve, "lookup_match", lambda ctx, k: scans.append(k) or (0, []))
+    ctx = server.running[0].prompt + server.running[0].out.tokens
+    draft = server._looked_up_draft(ctx, 4)
+    assert len(draft) == 4
+    assert server._looked_up_draft(tuple(ctx), 4) == server._looked_up_draft(np.array(ctx), 4) == draft
+    assert scans == []
+
+
 def test_no_request_is_looked_up_where_no_draft_row_could_be_fed(small):
     """Sixteen requests on sixteen slots and an empty bank: every k is 0 whatever a lookup finds
     (no free row, no gemm to spend), so none is made."""
