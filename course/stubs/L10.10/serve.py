@@ -98,9 +98,9 @@ class MatchIndex:
         end = len(tokens)
         for n, latest in self.latest.items():
             first = max(seen, n) - n  # the first start of n tokens that a token follows, new since the last call
-            if end - first > GEMM_ROWS:  # a whole prompt: zipped at C speed, a later start overwriting an earlier
+            if end - first > MAX_DRAFT + 1:  # more than a step adds (a prompt): zipped at C speed, a later start winning
                 latest.update(zip(zip(*[tokens[first + j:end - n + j] for j in range(n)]), range(first, end - n)))
-            else:  # a token or a few: a loop costs less than setting the zips up
+            else:  # what one step adds: a loop costs less than setting the zips up
                 for start in range(first, end - n):
                     latest[tuple(tokens[start:start + n])] = start
         for n in MATCHES:
