@@ -398,6 +398,8 @@ def faded(rates: Sequence[float], pooled: Sequence[float], quiet: int) -> list[f
     draft (section 2.3): where it is below the pooled one it moves ``1 - FADE ** quiet`` of the way
     up to it. A low estimate is what stops a request drafting, and then no round corrects it; a
     high one drafts, and its rounds correct it."""
+    if quiet == 0:  # nothing to fade (a request that drafted last round)
+        return list(rates)
     pull = 1 - FADE ** quiet
     return [a + (p - a) * pull if a < p else a for a, p in zip(rates, pooled)]
 
@@ -406,7 +408,7 @@ def untried(rates: Sequence[float], depth: int) -> list[float]:
     """``rates`` with every position past ``depth``, the deepest its pool has seen a draft reach
     (section 2.3), no likelier than position ``depth``: a position no round has reached still
     holds the prior. ``depth = 0`` (nothing drafted yet) leaves the prior everywhere."""
-    if depth == 0:
+    if depth == 0 or depth >= len(rates):
         return list(rates)
     return list(rates[:depth]) + [min(a, rates[depth - 1]) for a in rates[depth:]]
 
@@ -690,15 +692,21 @@ class Server:
                                                    for r in self.running))
                 return list(self._seen[1])
             self._token_seconds = self.cost.step_seconds(max(used), sum(used), len(self.running)) / len(self.running)
+            read = {}  # a match length's pooled estimate as a lane reads it: one list for this step's lanes
             for r in self.running:
                 cap = room(r) if r.out.tokens else 0
                 r.match, draft = self._lookup(r, cap) if cap > 0 else (0, [])
                 self.looked_up += cap > 0
                 pooled = self.pooled_matched[r.match].rates if r.match else self.pooled.rates
                 mine = r.matched.get(r.match)
-                rates = faded(mine.rates, pooled, r.quiet) if mine else pooled
-                lanes.append(Lane(r.cached, len(r.pending), len(draft),
-                                  untried(rates, self.matched_depth.get(r.match, 0))))
+                depth = self.matched_depth.get(r.match, 0)
+                if mine:
+                    rates = untried(faded(mine.rates, pooled, r.quiet), depth)
+                else:
+                    if r.match not in read:
+                        read[r.match] = untried(pooled, depth)
+                    rates = read[r.match]
+                lanes.append(Lane(r.cached, len(r.pending), len(draft), rates))
             self._unsettled = list(self.running)
         self._seen = (self._state(), tuple(lanes))  # a copy: what choose_ks does to its list stays there
         return lanes
