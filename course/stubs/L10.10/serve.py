@@ -692,7 +692,7 @@ class Server:
                                                    for r in self.running))
                 return list(self._seen[1])
             self._token_seconds = self.cost.step_seconds(max(used), sum(used), len(self.running)) / len(self.running)
-            read = {}  # a match length's pooled estimate as a lane reads it: one list for this step's lanes
+            read: dict[int, list[float]] = {}  # a length's pooled estimate as lanes read it: one list a step
             for r in self.running:
                 cap = room(r) if r.out.tokens else 0
                 r.match, draft = self._lookup(r, cap) if cap > 0 else (0, [])
@@ -700,12 +700,9 @@ class Server:
                 pooled = self.pooled_matched[r.match].rates if r.match else self.pooled.rates
                 mine = r.matched.get(r.match)
                 depth = self.matched_depth.get(r.match, 0)
-                if mine:
-                    rates = untried(faded(mine.rates, pooled, r.quiet), depth)
-                else:
-                    if r.match not in read:
-                        read[r.match] = untried(pooled, depth)
-                    rates = read[r.match]
+                if not mine and r.match not in read:
+                    read[r.match] = untried(pooled, depth)
+                rates = untried(faded(mine.rates, pooled, r.quiet), depth) if mine else read[r.match]
                 lanes.append(Lane(r.cached, len(r.pending), len(draft), rates))
             self._unsettled = list(self.running)
         self._seen = (self._state(), tuple(lanes))  # a copy: what choose_ks does to its list stays there
