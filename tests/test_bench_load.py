@@ -124,6 +124,30 @@ def test_the_control_does_the_plain_servers_work_step_for_step():
         (plain.tokens, plain.emitted, plain.blocks, plain.steps, plain.predicted)
 
 
+def test_no_server_always_steps_after_the_same_one(monkeypatch):
+    """A step runs slower after a heavy one, so a cell's servers step in an order drawn each round:
+    every server follows more than one other, and the same seed draws the same orders."""
+    from tinyllm.serve import CostTable, Policy
+
+    model, work = load.tiny_workloads(8, 8)
+    pool = load.warm_pool(model, work, 2)
+    cost = CostTable((1e-3, 2e-3), 1e-4, 1e-4, 1e-5)
+    stepped = []
+    step = load.Run.step
+    monkeypatch.setattr(load.Run, "step", lambda run, cost: stepped.append(run.label) or step(run, cost))
+    servers = [("off", Policy("off")), ("k=2", Policy("static", 2)), (load.CONTROL, Policy("off"))]
+
+    def orders(seed):
+        stepped.clear()
+        load.run_cells(model, pool, cost, servers, work.prompts["code-edit"], 2, 8, work.eos, 24, seed=seed)
+        return list(stepped)
+
+    first = orders(0)
+    after = {label: {a for a, b in zip(first, first[1:]) if b == label} for label, _ in servers}
+    assert all(len(before) > 1 for before in after.values()), after
+    assert orders(0) == first and orders(1) != first
+
+
 def test_adaptive_against_the_fastest_static_k_is_paired_by_repeat():
     """The summary's ``adaptive vs best static`` is, as every ratio of the bench, the median of the
     ratios measured in one repeat: adaptive's slow first repeat is not set against k=4's median
