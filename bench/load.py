@@ -336,9 +336,9 @@ def run_cells(model, pool, cost: CostTable, policies: list[tuple[str, Policy]], 
     # cache): an adaptive server stepping after k = 15 ran 1%-2.5% slower than its twin stepping
     # after plain decoding. In a fixed order one policy would always pay that, so the order is
     # drawn afresh each round (seeded).
-    order = random.Random(seed)
+    draw = random.Random(seed)
     while any(run.emitted < target for run in runs):
-        for run in order.sample(runs, len(runs)):
+        for run in draw.sample(runs, len(runs)):
             if run.emitted < target:
                 if run.server.idle():
                     raise SystemExit(f"FAIL: the queue ran dry before {target} tokens ({run.policy}, B={batch})")
