@@ -221,13 +221,40 @@ def alone(prompt, k, params, seed, max_new, eos=()) -> dict:
             "accepted": g.stats.accepted, "target_calls": g.stats.target_calls}
 
 
+def drained(server, most: int) -> str | None:
+    """``server.run()`` that gives up after ``most`` steps: ``None`` once the server is idle, else
+    :func:`still_held`. A correct server needs no more than every request's ``max_new + 1`` steps
+    one after another (each step emits a token for every running request, and a pool its requests
+    gave back admits the queue's head), so a server that never goes idle fails its case with its
+    state instead of running until the test's timeout."""
+    for _ in range(most):
+        if server.idle():
+            return None
+        server.step()
+    return None if server.idle() else still_held(server, most)
+
+
+def still_held(server, steps: int) -> str:
+    """What a server that should be idle after ``steps`` steps still holds."""
+    def some(requests, what: str) -> str:
+        rids = [str(r.rid) for r in requests]
+        shown = ", ".join(rids[:6]) + (", ..." if len(rids) > 6 else "")
+        return f"{len(rids)} {what}" + (f" ({shown})" if rids else "")
+
+    return (f"not idle after {steps} steps: {some(server.running, 'running')}, {some(server.queue, 'queued')}, "
+            f"{server.pool.num_free()} of {server.pool.num_blocks} blocks free, {getattr(server, '_reserved', '?')} "
+            "reserved (card 2.4: _finish gives a request's blocks and budget back)")
+
+
 def served(policy: str, batch: int, requests: list[tuple], with_stats: bool = True) -> list[dict]:
     """Serve ``requests`` (prompt, params, seed, max_new) together; each one's result, and the pool's free
     blocks at the end."""
     model = small()
     server = Server(model, model.new_pool(64, 4), Policy.parse(policy), max_batch=batch, cost=HAND_COST)
     ids = [server.submit(p, params, seed=seed, max_new=n) for p, params, seed, n in requests]
-    server.run()
+    stuck = drained(server, sum(n + 1 for *_, n in requests))
+    if stuck:
+        return [{"stuck": stuck}]
     out = []
     for i in ids:
         g = server.results[i]
@@ -306,12 +333,16 @@ def off_rows(batch: int) -> dict:
     for i, p in enumerate(PROMPTS[:4]):
         server.submit(p, GREEDY, seed=i, max_new=6)
     reported = pending = 0
-    while not server.idle():
+    for _ in range(4 * 7):  # each request's max_new steps: a correct server is idle sooner
+        if server.idle():
+            break
         before = {r.rid for r in server.running}
         report = server.step()
         # what the step fed beyond each request's pending ids (prompt, or its last token)
         pending += sum(len(PROMPTS[rid]) if rid not in before else 1 for rid in report.ks)
         reported += report.rows
+    if not server.idle():
+        return {"stuck": still_held(server, 4 * 7)}
     return {"drafter calls": len(calls), "rows fed": model.rows, "rows reported": reported, "pending ids": pending}
 
 
@@ -343,6 +374,8 @@ def admission_order(batch: int, lengths: list[int], pool_blocks: int) -> dict:
     ids = [server.submit([1, 2, 3, 1, 2], GREEDY, seed=i, max_new=n) for i, n in enumerate(lengths)]
     first, peak, step = {}, 0, 0
     while not server.idle():
+        if step == sum(n + 1 for n in lengths):  # a correct server is idle sooner
+            return {"stuck": still_held(server, step)}
         report = server.step()
         for rid in report.ks:
             first.setdefault(rid, step)
@@ -456,8 +489,12 @@ def pooled_start(first: int) -> dict:
     server.step()
     after = {"estimates": [rounded(r.estimate.rates[:3]) for r in server.running],
              "pooled": rounded(server.pooled.rates[:3])}
-    while server.running:
+    for _ in range(first * 4):  # max_new 3 each: a correct server ends them sooner
+        if not server.running:
+            break
         server.step()
+    if server.running:
+        return {"stuck": f"requests {[r.rid for r in server.running]} still running after {first * 4} steps"}
     server._admit()
     return {"after the first step": after,
             "the later request starts at": rounded(server.running[0].estimate.rates[:3])}
@@ -509,7 +546,9 @@ def prefix_rows(first: list[int], second: list[int], cache: bool = True) -> dict
     rows = [server.step().rows]
     b = server.submit(second, GREEDY, max_new=4)
     rows.append(server.step().rows)
-    server.run()
+    stuck = drained(server, 2 * 5)
+    if stuck:
+        return {"stuck": stuck}
     return {"rows of steps 1 and 2": rows, "tokens": [server.results[a].tokens, server.results[b].tokens],
             "free blocks": server.pool.num_free()}
 
@@ -558,7 +597,12 @@ def conserved(seed: int, requests: int) -> dict:
         server = Server(model, pool, Policy.parse(policy), max_batch=rnd.choice([2, 6]), cost=HAND_COST)
         pool = server.pool  # the next policy's server starts from the pool this one leaves
         left = requests // 3
+        steps = 0
         while left or not server.idle():
+            steps += 1
+            if steps > 20 * (requests // 3):  # each request 15 steps at most, and arrivals that wait for none
+                note(f"{policy}: {still_held(server, steps - 1)}")
+                break
             for _ in range(min(left, rnd.choice([0, 0, 1, 3]))):
                 stop_at = rnd.choice([None, rnd.randint(1, 8)])
                 mine: list[int] = []
