@@ -231,17 +231,17 @@ def drained(server, most: int) -> str | None:
         if server.idle():
             return None
         server.step()
-    return None if server.idle() else still_held(server, most)
+    return None if server.idle() else f"not idle after {most} steps: {still_held(server)}"
 
 
-def still_held(server, steps: int) -> str:
-    """What a server that should be idle after ``steps`` steps still holds."""
+def still_held(server) -> str:
+    """What a server that should be idle by now still holds."""
     def some(requests, what: str) -> str:
         rids = [str(r.rid) for r in requests]
         shown = ", ".join(rids[:6]) + (", ..." if len(rids) > 6 else "")
         return f"{len(rids)} {what}" + (f" ({shown})" if rids else "")
 
-    return (f"not idle after {steps} steps: {some(server.running, 'running')}, {some(server.queue, 'queued')}, "
+    return (f"{some(server.running, 'running')}, {some(server.queue, 'queued')}, "
             f"{server.pool.num_free()} of {server.pool.num_blocks} blocks free, {getattr(server, '_reserved', '?')} "
             "reserved (card 2.4: _finish gives a request's blocks and budget back)")
 
@@ -342,7 +342,7 @@ def off_rows(batch: int) -> dict:
         pending += sum(len(PROMPTS[rid]) if rid not in before else 1 for rid in report.ks)
         reported += report.rows
     if not server.idle():
-        return {"stuck": still_held(server, 4 * 7)}
+        return {"stuck": f"not idle after {4 * 7} steps: {still_held(server)}"}
     return {"drafter calls": len(calls), "rows fed": model.rows, "rows reported": reported, "pending ids": pending}
 
 
@@ -375,7 +375,7 @@ def admission_order(batch: int, lengths: list[int], pool_blocks: int) -> dict:
     first, peak, step = {}, 0, 0
     while not server.idle():
         if step == sum(n + 1 for n in lengths):  # a correct server is idle sooner
-            return {"stuck": still_held(server, step)}
+            return {"stuck": f"not idle after {step} steps: {still_held(server)}"}
         report = server.step()
         for rid in report.ks:
             first.setdefault(rid, step)
@@ -597,12 +597,8 @@ def conserved(seed: int, requests: int) -> dict:
         server = Server(model, pool, Policy.parse(policy), max_batch=rnd.choice([2, 6]), cost=HAND_COST)
         pool = server.pool  # the next policy's server starts from the pool this one leaves
         left = requests // 3
-        steps = 0
+        steps = stalled = 0
         while left or not server.idle():
-            steps += 1
-            if steps > 20 * (requests // 3):  # each request 15 steps at most, and arrivals that wait for none
-                note(f"{policy}: {still_held(server, steps - 1)}")
-                break
             for _ in range(min(left, rnd.choice([0, 0, 1, 3]))):
                 stop_at = rnd.choice([None, rnd.randint(1, 8)])
                 mine: list[int] = []
@@ -626,6 +622,14 @@ def conserved(seed: int, requests: int) -> dict:
             if report.emitted != len(heard) - heard_before:
                 note(f"{policy}: a step reports {report.emitted} tokens emitted, its listeners heard "
                      f"{len(heard) - heard_before}")
+            # a correct server's step that is not idle hands a listener a token or ends a request; 111
+            # requests take it at most about 300 steps
+            steps += 1
+            stalled = 0 if idle or len(heard) > heard_before or len(ended) else stalled + 1
+            if stalled == 3 or steps == 5 * (requests // 3):
+                note(f"{policy}: " + (f"not idle after {steps} steps" if stalled < 3 else
+                                      "3 steps in a row without a token or an end") + f": {still_held(server)}")
+                break
             running = server.running
             held = sum(len(r.table) for r in running)
             wrong = [r.rid for r in running if len(r.table) != -(-r.cached // 4)]
