@@ -14,7 +14,9 @@ from grader.cases import (Case, alike, chi2_quantile, chi2_survival, first_diffe
                           same_law, with_place)
 from grader.child.judge import MAX_DEPTH, LearnerGone, MirrorObject, decode, learner_env
 from grader.child.learner_server import encode
+from grader.core.protocol import where_in_dump
 from grader.layout.catalog import Pitfall, load_catalog
+from grader.layout.stubs import written_functions
 from grader.verdict import diagnose
 from grader.verdict.evaluate import CheckResult
 
@@ -69,6 +71,32 @@ def test_a_raised_answer_says_where_the_package_under_test_raised(tmp_path):
     assert answer["message"] == ("'tuple' object has no attribute 'tokens' (in the test's code, on what yours gave "
                                  "it: course/tests/test_l10_8.py, line 2)")
     assert message_shape(answer["message"]) == "'tuple' object has no attribute 'tokens'"
+
+
+def dumped(*frames: tuple[str, int, str]) -> str:
+    """A faulthandler dump of these frames, the most recent first."""
+    return "Current thread 0x00007f (most recent call first):\n" + "".join(
+        f'  File "{path}", line {line} in {name}\n' for path, line, name in frames)
+
+
+def test_a_hang_in_given_code_says_so_and_names_the_learner_s_function_below_it():
+    written = written_functions(load_catalog().get("L10.10"))
+    assert {"step", "_admit", "_finish", "adaptive_ks"} <= written["serve.py"]
+    assert not {"idle", "run", "_explore"} & written["serve.py"] and written["model.py"] == set()
+    ws, tests = "/tmp/w/tinyllm", "/c/course/tests/test_l10_10.py"
+    mine = dumped((f"{ws}/serve.py", 950, "_admit"), (f"{ws}/serve.py", 940, "step"), (tests, 309, "served"))
+    assert where_in_dump(mine, written) == "tinyllm/serve.py, line 950, in _admit"
+    idle = dumped((f"{ws}/serve.py", 682, "idle"), (f"{ws}/serve.py", 686, "run"), (tests, 230, "served"))
+    assert where_in_dump(idle, written) == ("tinyllm/serve.py, line 682, in idle, given code, with none of your "
+                                            "functions running: it waits on what yours return or leave behind")
+    forward = dumped((f"{ws}/model.py", 400, "forward"), (f"{ws}/serve.py", 960, "step"), (tests, 230, "served"))
+    assert where_in_dump(forward, written) == ("tinyllm/model.py, line 400, in forward, given code called from your "
+                                               "step (tinyllm/serve.py, line 960)")
+    # a file the module does not name (a dependency's) is not judged, nor is any without ``written``
+    spec = dumped((f"{ws}/spec.py", 12, "rollback"), (f"{ws}/serve.py", 960, "step"))
+    assert where_in_dump(spec, written) == "tinyllm/spec.py, line 12, in rollback"
+    assert where_in_dump(idle) == "tinyllm/serve.py, line 682, in idle"
+    assert where_in_dump(dumped((tests, 1, "served"))) is None
 
 
 def test_messages_show_the_course_and_workspace_relative_only_where_a_path_starts():

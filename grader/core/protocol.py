@@ -83,11 +83,29 @@ def _in_package(path: str) -> str | None:
 _DUMPED_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 
-def where_in_dump(dump: str) -> str | None:
+def where_in_dump(dump: str, written: dict[str, set[str]] | None = None) -> str | None:
     """``tinyllm/serve.py, line 243, in adaptive_ks``: the most recent frame in the package under
-    test of a faulthandler dump (it lists the most recent call first), if any."""
-    for frame in _DUMPED_FRAME.finditer(dump):
-        place = _in_package(frame[1])
-        if place:
-            return f"{place}, line {frame[2]}, in {frame[3]}"
-    return None
+    test of a faulthandler dump (it lists the most recent call first), if any.
+
+    ``written``: the functions the learner writes in each file of the module, by file
+    (``{"serve.py": {"step", ...}, "model.py": set()}``; a file it does not name is not
+    judged). Where the most recent frame is in a function they were given, the place says so and
+    names the most recent of theirs below it, or says none of theirs is running: a given loop
+    then waits on what their functions return or leave behind."""
+    def theirs(place: str, name: str) -> bool | None:
+        names = (written or {}).get(place.removeprefix("tinyllm/"))
+        return None if names is None else name in names
+
+    frames = [(place, line, name) for path, line, name in _DUMPED_FRAME.findall(dump)
+              if (place := _in_package(path))]
+    if not frames:
+        return None
+    place, line, name = frames[0]
+    where = f"{place}, line {line}, in {name}"
+    if theirs(place, name) is not False:
+        return where
+    below = [f for f in frames[1:] if theirs(f[0], f[2])]
+    if below:
+        return f"{where}, given code called from your {below[0][2]} ({below[0][0]}, line {below[0][1]})"
+    return (f"{where}, given code, with none of your functions running: it waits on what yours return or "
+            "leave behind")

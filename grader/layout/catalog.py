@@ -16,6 +16,7 @@ from typing import Any
 from grader.core.errors import GraderError, UsageError
 from grader.core.paths import course_root
 
+REFERENCE_DIR = "solutions"  # under the course root: the reference tinyllm package
 KINDS = ("unit", "differential", "boundary", "statistical", "property", "fault", "conformance")
 
 
@@ -68,6 +69,11 @@ class Module:
     root: Path
 
     @property
+    def reference(self) -> Path:
+        """The folder holding the reference ``tinyllm`` package."""
+        return self.root / REFERENCE_DIR
+
+    @property
     def test_names(self) -> list[str]:
         return [t.name for t in self.tests]
 
@@ -83,7 +89,7 @@ class Catalog:
     @property
     def reference(self) -> Path:
         """The folder holding the reference ``tinyllm`` package."""
-        return self.root / "solutions"
+        return self.root / REFERENCE_DIR
 
     def get(self, module_id: str) -> Module:
         """The module named ``module_id`` (any case), or a usage error listing the known ones."""

@@ -28,6 +28,7 @@ from grader.core.protocol import (FD_ENV, HANG_DUMP, HANG_SIGNAL, IMPL_ENV, LEAR
                                   WALL_FACTOR, where_in_dump)
 from grader.core.sandbox import Sandbox, limit_process
 from grader.layout.catalog import Module
+from grader.layout.stubs import written_functions
 
 # Starting Python, numpy and pytest, and importing the suite, on a busy machine.
 STARTUP_ALLOWANCE = 10.0
@@ -270,7 +271,7 @@ def _watch(child: subprocess.Popen, read_fd: int, nonce: str, timeout: float, st
         if now >= deadline and ended and now < state.deadline:
             break
         if now >= deadline:
-            site = _hang_site(child, log_path.parent) if current and now < state.deadline else None
+            site = _hang_site(child, log_path.parent, state.module) if current and now < state.deadline else None
             _kill_group(child)
             if now >= state.deadline:
                 state.problem = "the whole check took longer than its bound and was stopped"
@@ -380,9 +381,10 @@ def stop_all() -> None:
         _kill_group(child)
 
 
-def _hang_site(child: subprocess.Popen, rundir: Path) -> str | None:
+def _hang_site(child: subprocess.Popen, rundir: Path, module: Module) -> str | None:
     """Where in the learner's package the test process is stuck: its stack, asked for by
-    ``HANG_SIGNAL`` (``grader.child.recorder``), read back within a second."""
+    ``HANG_SIGNAL`` (``grader.child.recorder``), read back within a second; a place in given code
+    says so (:func:`~grader.core.protocol.where_in_dump`)."""
     if HANG_SIGNAL is None:
         return None
     try:
@@ -394,7 +396,7 @@ def _hang_site(child: subprocess.Popen, rundir: Path) -> str | None:
         time.sleep(0.02)
     time.sleep(0.05)   # the handler writes the whole stack at once; this lets the last write land
     try:
-        return where_in_dump(dump.read_text(errors="replace"))
+        return where_in_dump(dump.read_text(errors="replace"), written_functions(module))
     except OSError:
         return None
 
