@@ -207,7 +207,7 @@ def card_sections(card: Path) -> set[str]:
 def written_functions(module: Module) -> dict[str, set[str]]:
     """The functions the learner writes, by bare name (as a stack frame names them), in each file
     of ``module``: its learner files' from the reference's solution blocks, none in its given files."""
-    written: dict[str, set[str]] = dict.fromkeys(module.given_files, set())
+    written: dict[str, set[str]] = {name: set() for name in module.given_files}
     for name in module.learner_files:
         _, tasks = make_stub((module.reference / "tinyllm" / name).read_text(), name, module.id, module.card)
         written[name] = {task.qualname.rsplit(".", 1)[-1] for task in tasks}
