@@ -598,6 +598,7 @@ def conserved(seed: int, requests: int) -> dict:
         pool = server.pool  # the next policy's server starts from the pool this one leaves
         left = requests // 3
         steps = stalled = 0
+        ended_so_far: set[int] = set()  # server.results' ids: in an isolated check each read copies the dict
         while left or not server.idle():
             for _ in range(min(left, rnd.choice([0, 0, 1, 3]))):
                 stop_at = rnd.choice([None, rnd.randint(1, 8)])
@@ -612,9 +613,10 @@ def conserved(seed: int, requests: int) -> dict:
                 server.submit(prompt, SamplingParams(temperature=rnd.choice([0.0, 1.0])), seed=rnd.randrange(99),
                               max_new=rnd.randint(0, 14), eos=[rnd.randrange(24)], on_token=listener)
                 left -= 1
-            idle, heard_before, ended_before = server.idle(), len(heard), set(server.results)
+            idle, heard_before = server.idle(), len(heard)
             report = server.step()
-            ended = [rid for rid in server.results if rid not in ended_before]
+            now = set(server.results)
+            ended, ended_so_far = sorted(now - ended_so_far), now
             if sorted(report.finished) != sorted(ended):
                 note(f"{policy}: requests {sorted(ended)} ended in a step that reports finished {report.finished}")
             if idle and (report.rows, report.blocks, report.emitted, report.ks, report.finished) != (0, 0, 0, {}, []):
