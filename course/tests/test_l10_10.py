@@ -599,7 +599,9 @@ def conserved(seed: int, requests: int) -> dict:
         left = requests // 3
         steps = stalled = 0
         ended_so_far: set[int] = set()  # server.results' ids: in an isolated check each read copies the dict
-        while left or not server.idle():
+        # read once: in an isolated check each attribute read is a round trip to the learner's process
+        is_idle, take_step, num_free = server.idle, server.step, server.pool.num_free
+        while left or not is_idle():
             for _ in range(min(left, rnd.choice([0, 0, 1, 3]))):
                 stop_at = rnd.choice([None, rnd.randint(1, 8)])
                 mine: list[int] = []
@@ -613,8 +615,8 @@ def conserved(seed: int, requests: int) -> dict:
                 server.submit(prompt, SamplingParams(temperature=rnd.choice([0.0, 1.0])), seed=rnd.randrange(99),
                               max_new=rnd.randint(0, 14), eos=[rnd.randrange(24)], on_token=listener)
                 left -= 1
-            idle, heard_before = server.idle(), len(heard)
-            report = server.step()
+            idle, heard_before = is_idle(), len(heard)
+            report = take_step()
             now = set(server.results)
             ended, ended_so_far = sorted(now - ended_so_far), now
             if sorted(report.finished) != sorted(ended):
@@ -635,7 +637,7 @@ def conserved(seed: int, requests: int) -> dict:
             running = server.running
             held = sum(len(r.table) for r in running)
             wrong = [r.rid for r in running if len(r.table) != -(-r.cached // 4)]
-            in_use = 48 - server.pool.num_free()
+            in_use = 48 - num_free()
             if wrong or in_use != held:
                 note(f"{policy}: after a step {in_use} blocks in use, the running requests' caches need {held}"
                      + (f"; request {wrong[0]}'s table does not fit its cache" if wrong else ""))
