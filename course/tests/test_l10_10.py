@@ -414,10 +414,12 @@ def admitted_after_steps(first: int, steps: int, lengths: list[int], batch: int 
 
 def cases_admission_placed_never_starved():
     rule = ("card 2.4: the queue's head is admitted first, while fewer than max_batch run and the pool can hold "
-            "its whole budget (blocks_for(prompt + max_new)); no request overtakes it")
+            "its whole budget (blocks_for(prompt + max_new)) beside the budgets the running reserve, whatever "
+            "pool.num_free() says; no request overtakes it")
     placed = ("card 2.4: with place, among the first 16 queued requests the pool holds, the one whose last token's slot "
               "(len(prompt) - 1) % 16 the fewest running requests' last tokens share (a running request's: "
-              "(len(prompt) + len(out.tokens) - 1) % 16), the earliest on a tie; "
+              "(len(prompt) + len(out.tokens) - 1) % 16; one admitted earlier in the same _admit counts, a max_new = 0 "
+              "one not: it never runs), the earliest on a tie; "
               "a head passed over 16 times (overtaken) goes next")
     return [
         Case("a request on a crowded slot waits for one on a free slot",
