@@ -241,17 +241,25 @@ def test_the_table_is_profiled_at_the_context_of_the_workloads_run():
     assert load.cells_context(work, ["code-edit", "shift"]) == round((320 + 210) / 2)
 
 
-def test_each_workload_is_predicted_from_its_own_first_passes():
+def test_each_workload_is_predicted_from_its_own_cells():
     """A workload whose drafts are seldom accepted is predicted below plain where one whose drafts
-    are is not, each from its own B = 1 run, at its own cells' slots; the printed line names each
-    k the table or the run puts below plain, and the workloads where neither does."""
+    are is not, each from its own cells' tokens per pass, at its own cells' slots; a cell whose
+    requests keep fewer tokens a pass than the B = 1 run's is predicted from its own; the printed
+    line names each k the table or the run puts below plain, and the workloads where neither does."""
     cost = load.CostTable((1e-3, 1.5e-3), row_seconds=1e-5, request_seconds=1e-4)
     tokens = {"code-edit": 3.0, "shift": 1.05}
-    rows = [{"workload": name, "B": 1, "policy": f"k={k}", "tokens_per_pass": tokens[name], "drafted_per_pass": 2.0}
-            for name in tokens for k in load.STATIC]
+
+    def cells(at_16):
+        return [{"workload": name, "B": b, "policy": f"k={k}", "drafted_per_pass": 2.0,
+                 "tokens_per_pass": at_16.get(name, tokens[name]) if b == 16 else tokens[name]}
+                for name in tokens for b in (1, 16) for k in load.STATIC]
+
+    rows = cells({})
     spread = {b: [17 * i for i in range(b)] for b in (1, 16)}  # a slot each
     assert load.predicted_crossover(cost, rows, spread, [1, 16], "code-edit") == dict.fromkeys(load.STATIC)
     assert load.predicted_crossover(cost, rows, spread, [1, 16], "shift") == dict.fromkeys(load.STATIC, 16)
+    assert load.predicted_crossover(cost, cells({"code-edit": 1.05}), spread, [1, 16], "code-edit") == \
+        dict.fromkeys(load.STATIC, 16)
     # one slot for every request: plain decoding pays a gemm a request too, and drafting costs less beside it
     stacked = {b: [16 * i for i in range(b)] for b in (1, 16)}
     assert load.predicted_crossover(cost, rows, stacked, [1, 16], "shift") == dict.fromkeys(load.STATIC)
