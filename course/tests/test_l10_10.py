@@ -397,6 +397,19 @@ def admitted_at_once(lengths: list[int], budgets: list[int], batch: int = 2, pla
     return {"running": [r.rid for r in server.running], "finished at admission": list(server.results)}
 
 
+def overtaken_after_admit(budgets: list[int], pool_blocks: int, batch: int = 3) -> dict:
+    """Prompts of 5, 5, 6 and 6 tokens with these budgets queued on a server with ``place`` and a pool
+    of ``pool_blocks`` 4-token blocks, then one ``_admit``: the running requests in the order
+    admitted, the requests still queued and each one's ``overtaken``."""
+    model = small()
+    server = Server(model, model.new_pool(pool_blocks, 4), Policy("off"), max_batch=batch, place=True)
+    for i, (n, m) in enumerate(zip([5, 5, 6, 6], budgets)):
+        server.submit([1 + (j % 5) for j in range(n)], GREEDY, seed=i, max_new=m)
+    server._admit()
+    return {"running": [r.rid for r in server.running], "queued": [r.rid for r in server.queue],
+            "overtaken": [r.overtaken for r in server.queue]}
+
+
 def admitted_after_steps(first: int, steps: int, lengths: list[int], batch: int = 3) -> list[int]:
     """A prompt of ``first`` tokens served ``steps`` steps alone (plain decoding: a token a step),
     then prompts of these lengths queued and one ``_admit``: the running requests in the order
@@ -420,7 +433,8 @@ def cases_admission_placed_never_starved():
               "(len(prompt) - 1) % 16 the fewest running requests' last tokens share (a running request's: "
               "(len(prompt) + len(out.tokens) - 1) % 16; one admitted earlier in the same _admit counts, a max_new = 0 "
               "one not: it never runs), the earliest on a tie; "
-              "a head passed over 16 times (overtaken) goes next")
+              "every request passed over, one the pool cannot hold yet too, counts one more overtaken, and "
+              "a head passed over 16 times goes next")
     return [
         Case("a request on a crowded slot waits for one on a free slot",
              "admitted_at_once([5, 5, 6], [3, 3, 3], batch=3)", lambda: admitted_at_once([5, 5, 6], [3, 3, 3], batch=3),
@@ -434,6 +448,10 @@ def cases_admission_placed_never_starved():
              {"running": [0, 1], "finished at admission": list(range(2, 18))}, placed),
         Case("a running request's slot is its last token's, emitted ones counted",
              "admitted_after_steps(5, 1, [6, 5])", lambda: admitted_after_steps(5, 1, [6, 5]), [0, 2, 1], placed),
+        Case("a request the pool cannot hold yet is passed over too",
+             "overtaken_after_admit([3, 3, 70, 3], pool_blocks=20)",
+             lambda: overtaken_after_admit([3, 3, 70, 3], pool_blocks=20),
+             {"running": [0, 3, 1], "queued": [2], "overtaken": [1]}, placed),
         Case("only the first 16 queued are looked at", "admitted_at_once([5] * 17 + [6], [3] + [0] * 16 + [3])",
              lambda: admitted_at_once([5] * 17 + [6], [3] + [0] * 16 + [3]),
              {"running": [0, 17], "finished at admission": [1]}, placed),
