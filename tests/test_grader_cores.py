@@ -53,6 +53,16 @@ def test_a_case_says_what_each_side_holds_where_they_part():
     assert case.problem(want) is None
 
 
+def test_an_expected_value_is_compared_as_an_answer_arrives():
+    """An answer is plain JSON (dict keys strings, tuples lists, numpy unwrapped): an expected value
+    written with int keys, tuples or numpy is read the same way, not parted from its own answer."""
+    want = {2: (1, np.int64(3)), "a": np.array([0.5, 1.0])}
+    case = Case("c", "f()", lambda: want, want)
+    assert case.problem(case.answer()) is None
+    assert case.problem(Case("c", "f()", lambda: {2: (1, 4), "a": [0.5, 1.0]}).answer()) == \
+        "they part at 2[1]: expected 3, yours 4"
+
+
 def test_a_raised_answer_says_where_the_package_under_test_raised(tmp_path):
     code = compile("def f():\n    raise ValueError('bad k')\n", str(tmp_path / "tinyllm" / "serve.py"), "exec")
     space: dict = {}
