@@ -502,7 +502,8 @@ def predicted_crossover(cost: CostTable, rows: list[dict], starts: dict[int, lis
     near). A static k drafts the same for a request at every B, but each B's cell serves its own
     requests, with their own budgets, cut at its own end: SmolLM2's quick code-edit at k=15 kept
     3.56 tokens a pass at B = 1 and 3.17 at B = 4, enough to move its predicted turn from
-    B = 16 to B = 4, where every quick run measures it.
+    B = 16 to B = 4, where five of six quick runs on 5 Dec measured it (0.92x-0.97x; 1.01x in
+    the sixth, the noise's width).
     Then a decoding step of the cell's first B requests (``starts[B]``: the position of each one's
     first output token) feeds 1 row each, or 1 + d, in the gemms their slots give, priced by the
     cost table: the table is what is predicted from, the tokens are measured."""
