@@ -45,7 +45,7 @@ def blas(model) -> dict:
     Figures from runs whose OpenBLAS ran other kernels do not compare: on an AVX-512 machine that
     sets ``OPENBLAS_CORETYPE=Haswell`` (some machines of this project's kind do, for older builds'
     sake) OpenBLAS has no direct kernel for the engine's small gemms, the model feeds every row at its
-    slot of 16-row gemms, and a pass costs more (bench/README.md, "The kernel a run times with")."""
+    slot of 16-row gemms, and a pass costs more (bench/load_notebook.md, "The kernel a run times with")."""
     from threadpoolctl import threadpool_info
 
     found = [f"{i['internal_api']} {i['version']} {i.get('architecture') or 'unknown'}"

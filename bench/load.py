@@ -79,7 +79,7 @@ as B grows, so the crossover moves to a larger B or goes (``bench/README.md``).
 
 ``--slot-seed N`` shuffles (or draws) the slots with another seed: the same traffic in another
 order. A speculating server's requests then meet on other slots, and one cell's figures move by
-more than the run's noise (``bench/README.md``, "One run is one draw"): a figure near a bound is
+more than the run's noise (``bench/load_notebook.md``, "One run is one draw"): a figure near a bound is
 read over several seeds.
 """
 

@@ -63,7 +63,7 @@ def lookup_match(ctx: Sequence[int], k: int) -> tuple[int, list[int]]:
     """L10.8's prompt lookup (n-grams 3 down to 1) and the ``n`` its draft came from (0: no match).
 
     A draft copied after a 3-token match is accepted far more often than one after a 1-token
-    match (bench/README.md), so the adaptive policy keeps an estimate per ``n`` (section 2.3).
+    match (bench/load_notebook.md), so the adaptive policy keeps an estimate per ``n`` (section 2.3).
     The draft for ``k`` is the first ``k`` tokens of the longest, whichever ``k``."""
     for n in MATCHES:
         draft = prompt_lookup(list(ctx), MAX_DRAFT, n, n)  # a list, as the loop passes: L10.8's lookup may compare lists
