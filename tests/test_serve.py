@@ -614,17 +614,18 @@ def _looks_and_drafts(server, steps):
     return out
 
 
-def test_a_policy_whose_looks_do_not_pay_stands_aside_but_one_step_in_explore(tiny):
+def test_a_policy_whose_looks_do_not_pay_stands_aside_and_probes_ever_less_often(tiny):
     """Where what a look earns is below what the policy's own work on a request costs
     (``look_seconds``), once fifty looks are valued, the server runs plain decoding's step,
-    nothing looked up and no draft, but one step in EXPLORE, which looks every request up and
-    measures again. Where looks earn more, it never stands aside."""
+    nothing looked up and no draft, but for probes, which look every request up and measure
+    again: one step in two, then in four, in eight, and from then on one in EXPLORE, while
+    every probe finds looks still not paying. Where looks earn more, it never stands aside."""
     texts = [TEXTS[0] * 2, TEXTS[2] * 2]  # code and a tool call, each said twice: drafts that pay
     dear = dataclasses.replace(CHEAP, look_seconds=1.0)  # no draft earns a second a request
     for cost, stands in ((dear, True), (CHEAP, False)):
         server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), max_batch=2, cost=cost)
         for text in texts * 4:
-            server.submit(list(text.encode()), max_new=4 * EXPLORE)
+            server.submit(list(text.encode()), max_new=6 * EXPLORE)
         steps = _looks_and_drafts(server, 6 * EXPLORE)
         aside = [i for i, (_, _, stood) in enumerate(steps) if stood]
         assert server.looks_valued >= 50
@@ -632,16 +633,16 @@ def test_a_policy_whose_looks_do_not_pay_stands_aside_but_one_step_in_explore(ti
             assert aside == [] and server.look_value > cost.look_seconds
             continue
         assert server.look_value < cost.look_seconds
+        assert not server.idle()  # traffic for every step read: an idle step looks nothing up
         after = steps[aside[0]:aside[0] + 2 * EXPLORE]
         looking = [i for i, (looked, _, _) in enumerate(after) if looked]
-        assert looking == list(range(EXPLORE - 1, len(after), EXPLORE)), after
+        assert looking == [1, 1 + 4, 1 + 4 + 8, 1 + 4 + 8 + EXPLORE], after
         assert all(drafting == 0 for i, (_, drafting, _) in enumerate(after) if i not in looking)
 
 
 def test_a_probe_scans_and_every_other_look_goes_through_the_index(tiny, monkeypatch):
     """A look the policy will make again next step goes through the request's index (a build
-    costs three or four scans); a probe while the policy stands aside, one step in EXPLORE,
-    scans the context instead."""
+    costs three or four scans); a probe while the policy stands aside scans the context instead."""
     import tinyllm.serve as serve
 
     calls, match, scan = [], serve.MatchIndex.match, serve.lookup_match

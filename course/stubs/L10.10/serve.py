@@ -591,7 +591,8 @@ class Server:
         self._token_seconds = 0.0  # plain decoding's seconds a token, in the pass the last look priced
         self.aside = False         # this step runs as plain decoding: nothing looked up (Server._lanes)
         self._looks = 0            # the steps _lanes has seen
-        self._steps_aside = 0      # steps since the policy began to stand aside: one in EXPLORE looks again
+        self._steps_aside = 0      # steps since the policy last looked while it stands aside (Server._stands_aside)
+        self._aside_period = 2     # one step in this many looks again while it stands aside: doubles to EXPLORE
         self._seen: tuple[tuple, tuple[Lane, ...]] = ((), ())  # the last lanes _lanes gave, and the state read at
         self.looked_up = 0  # requests whose draft the adaptive policy looked up this step (Server._lanes)
         self.bank = Bank()
@@ -720,14 +721,20 @@ class Server:
     def _stands_aside(self) -> bool:
         """Whether this step runs as plain decoding, nothing looked up and nothing chosen (section
         2.3): while a looked-up request's drafts are earning less than the policy's own work on it
-        costs (``look_value`` below ``cost.look_seconds``), every step but one in ``EXPLORE`` stands
-        aside, and that one looks every request up and measures again. Disabled must mean absent:
-        a policy that looked and chose ``k = 0`` would still pay for looking."""
+        costs (``look_value`` below ``cost.look_seconds``), every step but one in two stands aside,
+        and that one (a probe) looks every request up and measures again; each probe after which
+        looks still do not pay doubles the period, up to one step in ``EXPLORE``. A verdict
+        reached on a few bad rounds, just under the line, then costs a step of plain decoding
+        where the traffic is good, not fifteen; traffic whose looks never pay is probed three
+        times more in its first thirty steps. Disabled must mean absent: a policy that looked and
+        chose ``k = 0`` would still pay for looking."""
         if self.looks_valued * LOOK_WEIGHT < 1 or self.look_value >= self.cost.look_seconds:
-            self._steps_aside = 0  # fewer than fifty looks valued: one bad draft is not the traffic
+            self._steps_aside, self._aside_period = 0, 2  # fewer than fifty looks valued: one bad draft is not the traffic
             return False
+        if self._steps_aside == self._aside_period:  # the last step probed, and looks still do not pay
+            self._steps_aside, self._aside_period = 0, min(2 * self._aside_period, EXPLORE)
         self._steps_aside += 1
-        return self._steps_aside % EXPLORE != 0
+        return self._steps_aside < self._aside_period
 
     def _lookup(self, r: Request, k: int) -> tuple[int, list[int]]:
         """:func:`lookup_match` on the request's context, through its :class:`MatchIndex`, and
@@ -739,7 +746,7 @@ class Server:
         found = self._looked_for(ctx)
         if found is None:
             # building an index costs three or four scans of the context: a look while the policy
-            # stands aside (its probe, one step in EXPLORE) scans; any other is made again next step
+            # stands aside (its probe, one step in two up to one in EXPLORE) scans; any other is made again next step
             probe = self._steps_aside > 0
             found = lookup_match(ctx, MAX_DRAFT) if probe else r.index.match(ctx, MAX_DRAFT)
             self._looked.setdefault(len(ctx), []).append((ctx, found))
