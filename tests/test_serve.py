@@ -15,10 +15,10 @@ import pytest
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams
-from tinyllm.serve import (BANK_LIMIT, BANK_RATE, EXPLORE, FADE, MATCHES, MAX_DRAFT, PRIOR, Acceptance,
-                           Bank, CostTable, Lane, Policy, Request, Server, adaptive_ks, choose_ks, expected_tokens,
-                           faded, fed_positions, gemm_blocks, goodput, lookup_drafter, lookup_match, observe, profile,
-                           trim, untried, widen)
+from tinyllm.serve import (BANK_LIMIT, BANK_RATE, EXPLORE, FADE, MATCH_KEYS, MATCHES, MAX_DRAFT, PRIOR,
+                           Acceptance, Bank, CostTable, Lane, Policy, Request, Server, adaptive_ks, choose_ks,
+                           copied_from, expected_tokens, faded, fed_positions, gemm_blocks, goodput, lookup_drafter,
+                           lookup_match, observe, profile, trim, untried, widen)
 from tinyllm.spec import Generated, SpecConfig, SpecError, SpecStats, generate, prompt_lookup
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "fixtures" / "model" / "tiny_llama.npz"
@@ -406,6 +406,8 @@ def test_lookup_match_is_the_lookup_with_the_length_it_matched():
             n, draft = lookup_match(ctx, k)
             assert draft == prompt_lookup(ctx, k, 3, 1) == lookup_drafter(ctx, k)
             assert n == next((m for m in MATCHES if prompt_lookup(ctx, 1, m, m)), 0)
+            source = copied_from(ctx, n)
+            assert (source == -1) if n == 0 else (draft == ctx[source:source + k]), (ctx, k, source)
     assert lookup_match([1, 2, 3, 9, 1, 2, 3], 2) == (3, [9, 1])
     assert lookup_match([1, 2, 3, 9, 5, 2, 3], 2) == (2, [9, 5])
     assert lookup_match([1, 2, 3], 2) == (0, [])
@@ -427,6 +429,8 @@ def test_a_match_index_looks_up_as_lookup_match_does_while_its_context_grows():
         for _ in range(25):
             k = rng.randrange(MAX_DRAFT + 1)
             assert index.match(list(ctx), k) == lookup_match(ctx, k), (ctx, k)
+            n = lookup_match(ctx, 1)[0]
+            assert index.find(list(ctx)) == (n, copied_from(ctx, n)), ctx
             ctx += [rng.randrange(alphabet) for _ in range(rng.randrange(1, 4))]
     assert MatchIndex().match([1, 2, 3, 9, 1, 2, 3], 2) == (3, [9, 1])
     assert MatchIndex().match([1, 2, 3, 9, 5, 2, 3], 2) == (2, [9, 5])
@@ -440,37 +444,39 @@ def test_a_server_looks_a_draft_up_once_a_step_and_never_for_another_server(tiny
     reused would be timed in the first only)."""
     import tinyllm.serve as serve
 
-    calls, match, scan = [], serve.MatchIndex.match, serve.lookup_match
-    monkeypatch.setattr(serve.MatchIndex, "match", lambda self, ctx, k: calls.append(k) or match(self, ctx, k))
-    monkeypatch.setattr(serve, "lookup_match", lambda ctx, k: calls.append(k) or scan(ctx, k))
+    calls, find, scan = [], serve.MatchIndex.find, serve.lookup_match
+    monkeypatch.setattr(serve.MatchIndex, "find", lambda self, ctx: calls.append("index") or find(self, ctx))
+    monkeypatch.setattr(serve, "lookup_match", lambda ctx, k: calls.append("scan") or scan(ctx, k))
     servers = [Server(tiny, tiny.new_pool(64, 16), policy, cost=CHEAP)
                for policy in (Policy("adaptive"), Policy("adaptive"), Policy("static", 4))]
     for server in servers:
         server.submit(list(TEXTS[0].encode()), max_new=30)
         server.step()  # the prompt: the adaptive policy looks nothing up yet
-        for n in MATCHES:
-            server.pooled_matched[n].rates = [0.99] * MAX_DRAFT
+        for key in MATCH_KEYS:
+            server.pooled_matched[key].rates = [0.99] * MAX_DRAFT
     for server in servers:
         calls.clear()
         report = server.step()
         assert all(k > 0 for k in report.ks.values()), "a request whose pool is sure drafts"
-        assert calls == [MAX_DRAFT], f"{server.policy}: {calls} (one lookup a step, for the longest draft)"
+        assert calls == ["index"], f"{server.policy}: {calls} (one lookup a step, through the request's index)"
 
 
 
-def test_adaptive_reads_the_estimate_of_the_length_its_lookup_matched(tiny):
-    """With the default drafter a request's lane holds the estimate of its lookup's match length
-    (the pool's, until it has drafted after one of that length) and its draft's length as cap;
-    the rounds it drafts move that length's estimates only, its own by WEIGHT and the pool's by
-    1 / (rounds + 1) until that is POOL_WEIGHT, and the one estimate of every draft as before."""
+def test_adaptive_reads_the_estimate_of_the_match_its_lookup_made(tiny):
+    """With the default drafter a request's lane holds the estimate of its lookup's match, its
+    length and origin (the pool's, until it has drafted after such a match), and its draft's
+    length as cap; the rounds it drafts move that match's estimates only, its own by WEIGHT and
+    the pool's by 1 / (rounds + 1) until that is POOL_WEIGHT, and the one estimate of every
+    draft as before."""
     server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=CHEAP)
     server.submit(list(TEXTS[0].encode()), max_new=30)
     server.step()  # the prompt
     r = server.running[0]
     n, draft = lookup_match(r.prompt + r.out.tokens, MAX_DRAFT)
     assert n in MATCHES
+    n = (n, "first")  # the request's first match
     server.pooled_matched[n].rates = [0.99] * MAX_DRAFT
-    others = {m: [0.05 * m] * MAX_DRAFT for m in MATCHES if m != n}
+    others = {m: [0.01 * i] * MAX_DRAFT for i, m in enumerate(MATCH_KEYS) if m != n}
     for m, rates in others.items():
         server.pooled_matched[m].rates = list(rates)
     lane = server._lanes()[0]
@@ -484,13 +490,40 @@ def test_adaptive_reads_the_estimate_of_the_length_its_lookup_matched(tiny):
     assert r.matched[n].rates == observe([0.99] * MAX_DRAFT, k, accepted)
     # the prior counts as one round: the length's first round moves its pool half way
     assert server.pooled_matched[n].rates == observe([0.99] * MAX_DRAFT, k, accepted, 0.5)
-    assert server.matched_rounds == {m: int(m == n) for m in MATCHES}
-    assert server.matched_depth == {m: min(accepted + 1, k) if m == n else 0 for m in MATCHES}, "the deepest position tried"
+    assert server.matched_rounds == {m: int(m == n) for m in MATCH_KEYS}
+    assert server.matched_depth == {m: min(accepted + 1, k) if m == n else 0 for m in MATCH_KEYS}, "the deepest position tried"
     assert {m: server.pooled_matched[m].rates for m in others} == others and set(r.matched) == {n}
     assert r.estimate.rates == observe(blind_before, k, accepted)
     settled = dict(r.matched[n].__dict__)
     server._lanes()  # a second look in one step counts nothing twice
     assert r.matched[n].__dict__ == settled
+
+
+@pytest.mark.parametrize("probe", [False, True], ids=["through the index", "a probe's scan"])
+def test_a_match_is_keyed_by_where_its_draft_is_copied_from(tiny, probe):
+    """A request's first match is ``first``; a draft copied from the span the last one was, as far
+    on as the tokens emitted since, is ``on``; one copied from elsewhere is ``moved``. A second
+    look in the same step keeps the step's origin. The same whether the look goes through the
+    request's index or scans (a probe while the policy stands aside)."""
+    server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=CHEAP)
+    server.submit([1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3], max_new=30)
+    server._admit()
+    server._steps_aside = int(probe)
+    r = server.running[0]
+
+    def look(*tokens):
+        r.out.tokens.extend(tokens)
+        server._looked = {}  # a new step
+        return server._lookup(r, MAX_DRAFT)
+
+    assert look() == ((3, "first"), [4, 5, 6, 7, 8, 1, 2, 3])
+    assert server._lookup(r, 2) == ((3, "first"), [4, 5]), "a second look in the step"
+    assert look(4, 5) == ((3, "on"), [6, 7, 8, 1, 2, 3, 4, 5]), "the copy from position 3 runs on: 3 + 2"
+    assert look(9) == (None, []) and r.copied == (5, 2, "on"), "no match: the last copy stays"
+    assert look(1, 2) == ((2, "moved"), [3, 4, 5, 9, 1, 2]), "copied from position 10, not 5 + 3"
+    assert look(3) == ((3, "on"), [4, 5, 9, 1, 2, 3])
+    server._lookup(r, 0)
+    assert r.copied == (11, 6, "on")
 
 
 def test_positions_no_draft_has_reached_are_read_no_likelier_than_the_deepest_reached(tiny):
@@ -508,6 +541,7 @@ def test_positions_no_draft_has_reached_are_read_no_likelier_than_the_deepest_re
     server.step()  # the prompt
     n, draft = lookup_match(server.running[0].prompt + server.running[0].out.tokens, MAX_DRAFT)
     assert n in MATCHES and len(draft) >= 3
+    n = (n, "first")  # the request's first match
     rates = [0.3] + [PRIOR] * (MAX_DRAFT - 1)  # 0.3, 0.255, 0.217, 0.184: three rows pay on the prior
     server.pooled_matched[n].rates = list(rates)
     assert server._lanes()[0].rates == rates and choose_ks(server.policy, server._lanes(), cost) == [3]
@@ -542,7 +576,7 @@ def test_a_request_whose_lookup_finds_nothing_drafts_nothing(tiny):
     """No match, no draft: the lane's cap is 0 whatever the estimates say."""
     server = Server(tiny, tiny.new_pool(64, 16), Policy("adaptive"), cost=CHEAP)
     server.pooled.rates = [0.99] * MAX_DRAFT
-    for m in MATCHES:
+    for m in MATCH_KEYS:
         server.pooled_matched[m].rates = [0.99] * MAX_DRAFT
     server.submit([5, 6], max_new=4)
     server._admit()

@@ -22,10 +22,10 @@ itself it stands aside and looks nothing up, section 2.3). Section numbers refer
 
 # BEGIN PROMPT
 # Given: MAX_DRAFT, PRIOR, WEIGHT, POOL_WEIGHT, EXPLORE, FADE, BANK_RATE, BANK_LIMIT, PROFILE_POOLS, LOOK_WEIGHT,
-# ADMIT_WINDOW, MATCHES, lookup_match, lookup_drafter, MatchIndex, Acceptance, CostTable, profile, policy_seconds,
-# Policy, Lane, fed_positions, slot_rows, faded, untried, widen, trim, Bank, Request, StepReport, and in Server: the
-# constructor, submit, idle, run, _share_prefix, _lanes, _lookup, _settle, _stands_aside, _room_for_drafts, _explore,
-# _set_fills and _offer_prompt. Yours:
+# ADMIT_WINDOW, MATCHES, ORIGINS, MATCH_KEYS, lookup_match, copied_from, lookup_drafter, MatchIndex, Acceptance,
+# CostTable, profile, policy_seconds, Policy, Lane, fed_positions, slot_rows, faded, untried, widen, trim, Bank, Request,
+# StepReport, and in Server: the constructor, submit, idle, run, _share_prefix, _lanes, _lookup, _origin, _settle,
+# _stands_aside, _room_for_drafts, _explore, _set_fills and _offer_prompt. Yours:
 # the eleven functions that raise NotImplementedError, starting with observe; write them in the order of the list at
 # the top of the card's section 2.
 # ol tests L10.10 lists the tests, ol check L10.10 grades them.
@@ -57,6 +57,10 @@ LOOK_WEIGHT = 0.02  # how far one looked-up request moves what looking is worth:
 ADMIT_WINDOW = GEMM_ROWS  # queued requests admission chooses among, and the most times one may be passed over
 
 MATCHES = (3, 2, 1)  # the n-gram lengths the default drafter's lookup tries, longest first
+# where a draft is copied from, against the request's last match: its first; the span the last was copied
+# from, carried on by the tokens emitted since; another place (Server._origin)
+ORIGINS = ("first", "on", "moved")
+MATCH_KEYS = tuple((n, origin) for n in MATCHES for origin in ORIGINS)  # the adaptive policy's estimates
 
 Drafter = Callable[[Sequence[int], int], list[int]]
 
@@ -65,13 +69,28 @@ def lookup_match(ctx: Sequence[int], k: int) -> tuple[int, list[int]]:
     """L10.8's prompt lookup (n-grams 3 down to 1) and the ``n`` its draft came from (0: no match).
 
     A draft copied after a 3-token match is accepted far more often than one after a 1-token
-    match (bench/load_notebook.md), so the adaptive policy keeps an estimate per ``n`` (section 2.3).
+    match (bench/load_notebook.md), so the adaptive policy keeps an estimate per ``n`` and origin
+    (section 2.3, :data:`ORIGINS`).
     The draft for ``k`` is the first ``k`` tokens of the longest, whichever ``k``."""
     for n in MATCHES:
         draft = prompt_lookup(list(ctx), MAX_DRAFT, n, n)  # a list, as the loop passes: L10.8's lookup may compare lists
         if draft:
             return n, draft[:max(k, 0)]
     return 0, []
+
+
+def copied_from(ctx: Sequence[int], n: int) -> int:
+    """Where :func:`lookup_match`'s draft after an ``n``-token match is copied from: the position
+    after the latest earlier occurrence of the context's last ``n`` tokens (-1 for ``n = 0``)."""
+    if 0 < n < len(ctx):
+        a = np.asarray(ctx)
+        starts = np.ones(len(a) - n, dtype=bool)  # 0 .. len - n - 1: each has a later token after its n
+        for j in range(n):
+            starts &= a[j:len(a) - n + j] == a[len(a) - n + j]
+        found = np.flatnonzero(starts)
+        if found.size:
+            return int(found[-1]) + n
+    return -1
 
 
 def lookup_drafter(ctx: Sequence[int], k: int) -> list[int]:
@@ -94,6 +113,12 @@ class MatchIndex:
     def match(self, ctx: Sequence[int], k: int) -> tuple[int, list[int]]:
         """``lookup_match(ctx, k)``, for a ``ctx`` that extends the one the last call was given (a
         request's context only grows; comparing the tokens already indexed would cost a scan)."""
+        n, source = self.find(ctx)
+        return (n, self.tokens[source:source + MAX_DRAFT][:max(k, 0)]) if n else (0, [])
+
+    def find(self, ctx: Sequence[int]) -> tuple[int, int]:
+        """The match length :meth:`match` finds and where its draft is copied from,
+        ``copied_from(ctx, n)``; ``(0, -1)`` where nothing matches."""
         seen = len(self.tokens)
         tokens = self.tokens
         tokens.extend(map(int, ctx[seen:]))
@@ -108,8 +133,8 @@ class MatchIndex:
         for n in MATCHES:
             start = self.latest[n].get(tuple(tokens[end - n:])) if n < end else None
             if start is not None:
-                return n, tokens[start + n:start + n + MAX_DRAFT][:max(k, 0)]
-        return 0, []
+                return n, start + n
+        return 0, -1
 
 
 # --- 2.1 Acceptance, per position ------------------------------------------------------------
@@ -585,8 +610,9 @@ class Request:
     rng: object = None
     reserved: int = 0
     quiet: int = 0            # rounds since it last drafted (adaptive policy: see Server._explore)
-    matched: dict[int, Acceptance] = field(default_factory=dict)  # its estimate by match length (Server._lanes)
-    match: int = 0            # the match length of this step's lookup
+    matched: dict[tuple[int, str], Acceptance] = field(default_factory=dict)  # its estimates by match (Server._lanes)
+    match: tuple[int, str] | None = None  # this step's lookup: its match length and origin (None: no match)
+    copied: tuple[int, int, str] | None = None  # its last match: where copied from, its tokens then, its origin
     settled: tuple[int, int] = (0, 0)  # its drafted and accepted counts when Server._settle last read them
     overtaken: int = 0        # requests queued after it that were admitted before it (Server._admit)
     index: MatchIndex = field(default_factory=MatchIndex)  # its context's lookups (Server._lookup)
@@ -630,16 +656,16 @@ class Server:
         # adaptive policy's look before it chooses k costs no second lookup.
         self.looks_up = drafter is lookup_drafter
         self.drafter: Drafter = self._looked_up_draft if self.looks_up else drafter
-        self._looked: dict[int, list[tuple[Sequence[int], tuple[int, list[int]]]]] = {}
+        self._looked: dict[int, list[tuple[Sequence[int], tuple[int, list[int], int]]]] = {}
         self.queue: deque[Request] = deque()
         self.running: list[Request] = []
         self.results: dict[int, Generated] = {}
         # every request's rounds, moved POOL_WEIGHT a round: where a new request's estimate starts, and what a
         # quiet one fades to (faded); with a request's own WEIGHT, one request's bad run would be the prior
         self.pooled = Acceptance(weight=POOL_WEIGHT)
-        self.pooled_matched = {n: Acceptance(weight=POOL_WEIGHT) for n in MATCHES}  # the same, by match length
-        self.matched_rounds = dict.fromkeys(MATCHES, 0)  # rounds each length's pool has seen (Server._settle)
-        self.matched_depth = dict.fromkeys(MATCHES, 0)  # the deepest position a draft of each length reached (untried)
+        self.pooled_matched = {key: Acceptance(weight=POOL_WEIGHT) for key in MATCH_KEYS}  # the same, by match
+        self.matched_rounds = dict.fromkeys(MATCH_KEYS, 0)  # rounds each match's pool has seen (Server._settle)
+        self.matched_depth = dict.fromkeys(MATCH_KEYS, 0)  # the deepest position a draft of each match reached (untried)
         self._unsettled: list[Request] = []
         # what a looked-up request's drafts earned a step, net of their rows, against plain decoding
         # (seconds, from the cost table): the mean of the first 1 / LOOK_WEIGHT looks, then moved
@@ -741,12 +767,12 @@ class Server:
         a turn of the traffic); after, its estimate :func:`faded` by its quiet rounds.
 
         With the default drafter the policy first looks each request's draft up
-        (:meth:`_lookup`) and reads the estimate of the match length it found, its own and
-        the pool's (:meth:`_settle`), with ``cap`` the draft's length: one estimate for every
-        draft would average drafts that are nearly always right with drafts that are nearly
-        always wrong. Positions past the deepest a draft of that length has reached are read
-        :func:`untried`: a length whose first drafts were rejected early is not drafted deep on
-        the prior. ``off`` and static ``k`` draft as L10.8's loop does."""
+        (:meth:`_lookup`) and reads the estimate of the match it found, its length and origin,
+        its own and the pool's (:meth:`_settle`), with ``cap`` the draft's length: one estimate
+        for every draft would average drafts that are nearly always right with drafts that are
+        nearly always wrong. Positions past the deepest a draft of that match has reached are
+        read :func:`untried`: a match whose first drafts were rejected early is not drafted deep
+        on the prior. ``off`` and static ``k`` draft as L10.8's loop does."""
         def room(r: Request) -> int:  # the longest draft its budget leaves
             return min(MAX_DRAFT, r.max_new - len(r.out.tokens) - 1)
 
@@ -772,10 +798,10 @@ class Server:
                                                    for r in self.running))
                 return list(self._seen[1])
             self._token_seconds = self.cost.step_seconds(max(used), sum(used), len(self.running)) / len(self.running)
-            read: dict[int, list[float]] = {}  # a length's pooled estimate as lanes read it: one list a step
+            read: dict[tuple[int, str], list[float]] = {}  # a match's pooled estimate as lanes read it: one list a step
             for r in self.running:
                 cap = room(r) if r.out.tokens else 0
-                r.match, draft = self._lookup(r, cap) if cap > 0 else (0, [])
+                r.match, draft = self._lookup(r, cap) if cap > 0 else (None, [])
                 self.looked_up += cap > 0
                 pooled = self.pooled_matched[r.match].rates if r.match else self.pooled.rates
                 mine = r.matched.get(r.match)
@@ -815,25 +841,43 @@ class Server:
         self._steps_aside += 1
         return self._steps_aside < self._aside_period
 
-    def _lookup(self, r: Request, k: int) -> tuple[int, list[int]]:
+    def _lookup(self, r: Request, k: int) -> tuple[tuple[int, str] | None, list[int]]:
         """:func:`lookup_match` on the request's context, through its :class:`MatchIndex`, and
         remembered by that context until the next step: the policy looks a request's draft up
         before it chooses ``k``, and the step's drafter call then finds it. Each server remembers
         its own lookups, and for one step only: servers sharing a process (``bench/load.py`` runs
-        one per policy, on the same prompts) never draft from one another's."""
+        one per policy, on the same prompts) never draft from one another's. Returns the match
+        (its length and :meth:`_origin`; None where nothing matched) and the draft."""
         ctx = r.prompt + r.out.tokens
         found = self._looked_for(ctx)
         if found is None:
             # building an index costs three or four scans of the context: a look while the policy
             # stands aside (its probe, one step in two up to one in EXPLORE) scans; any other is made again next step
-            probe = self._steps_aside > 0
-            found = lookup_match(ctx, MAX_DRAFT) if probe else r.index.match(ctx, MAX_DRAFT)
+            if self._steps_aside > 0:
+                n, draft = lookup_match(ctx, MAX_DRAFT)
+                found = (n, draft, copied_from(ctx, n))
+            else:
+                n, source = r.index.find(ctx)
+                found = (n, ctx[source:source + MAX_DRAFT] if n else [], source)
             self._looked.setdefault(len(ctx), []).append((ctx, found))
             r.looked_at = self._looks
-        n, draft = found
-        return n, draft[:max(k, 0)]
+        n, draft, source = found
+        return ((n, self._origin(r, source)) if n else None), draft[:max(k, 0)]
 
-    def _looked_for(self, ctx: Sequence[int]) -> tuple[int, list[int]] | None:
+    def _origin(self, r: Request, source: int) -> str:
+        """Where this step's draft is copied from, ``source``, against the request's last match
+        (section 2.3): ``first`` (it has had none), ``on`` (the span the last was copied from, as
+        far on as the tokens emitted since) or ``moved``. A draft that carries a copy on is another
+        bet than one that jumped elsewhere, as a request's first is (an edit's copy of its text)."""
+        made = len(r.out.tokens)
+        if r.copied is not None and r.copied[1] == made:  # looked up again in the same step
+            return r.copied[2]
+        last = r.copied
+        origin = "first" if last is None else "on" if source == last[0] + made - last[1] else "moved"
+        r.copied = (source, made, origin)
+        return origin
+
+    def _looked_for(self, ctx: Sequence[int]) -> tuple[int, list[int], int] | None:
         """This step's lookup of this very context, if one was made. Filed by length and compared
         whole: a tuple of the context as the key, built and hashed at each of three uses, cost
         0.07 ms a step more at B = 16 on the tiny llama."""
@@ -854,9 +898,9 @@ class Server:
         return tuple((r.rid, len(r.out.tokens)) for r in self.running)
 
     def _settle(self) -> None:
-        """The rounds drafted since the last look, each into the estimates of the match length its
-        draft came from: the request's (started from the pool's for that length, where the
-        request has none yet) and the pool's. Read from each request's stats, as the bank is
+        """The rounds drafted since the last look, each into the estimates of the match its draft
+        came from (its length and origin): the request's (started from the pool's for that match,
+        where the request has none yet) and the pool's. Read from each request's stats, as the bank is
         settled, so ``step`` and ``_verify`` stay L10.8's round; a request that ended is settled
         too."""
         earned, looked, drafting = 0.0, 0, 0
@@ -873,7 +917,7 @@ class Server:
             if r.match not in r.matched:
                 r.matched[r.match] = Acceptance(list(self.pooled_matched[r.match].rates))
             r.matched[r.match].update(drafted, accepted)
-            # the prior counts as one round: a length the traffic seldom matches learns from its first rounds
+            # the prior counts as one round: a match the traffic seldom makes learns from its first rounds
             seen = self.matched_rounds[r.match] = self.matched_rounds[r.match] + 1
             self.matched_depth[r.match] = max(self.matched_depth[r.match], min(accepted + 1, drafted))
             pool = self.pooled_matched[r.match]
