@@ -869,10 +869,9 @@ class Server:
         (section 2.3): ``first`` (it has had none), ``on`` (the span the last was copied from, as
         far on as the tokens emitted since) or ``moved``. A draft that carries a copy on is another
         bet than one that jumped elsewhere, as a request's first is (an edit's copy of its text)."""
-        made = len(r.out.tokens)
-        if r.copied is not None and r.copied[1] == made:  # looked up again in the same step
-            return r.copied[2]
-        last = r.copied
+        made, last = len(r.out.tokens), r.copied
+        if last is not None and last[1] == made:  # looked up again in the same step
+            return last[2]
         origin = "first" if last is None else "on" if source == last[0] + made - last[1] else "moved"
         r.copied = (source, made, origin)
         return origin
