@@ -288,7 +288,7 @@ class Run:
             self.server.submit(prompt, SamplingParams(), seed=i, max_new=budget(max_new, i), eos=eos,
                                on_token=lambda token, logprob, s=self.stamps[i]: s.append(self.now()) or True)
         self.seconds = self.wall = self.predicted = 0.0
-        self.blocks = self.emitted = self.steps = 0
+        self.blocks = self.emitted = self.steps = self.looked = 0
 
     def now(self) -> float:
         return self.clock + time.process_time() - self.began
@@ -307,8 +307,13 @@ class Run:
         self.blocks += report.blocks
         self.emitted += report.emitted
         self.steps += 1
-        self.predicted += cost.step_seconds(report.blocks, report.rows, len(report.ks),
-                                            self.server.drafter_calls(report))
+        # the adaptive policy's own work, its lookups among it, is the table's look_seconds a request
+        # it looked up (profile's policy_seconds); a table without it prices the lookups as drafter calls
+        looked = self.server.looked_up if cost.look_seconds else 0
+        self.looked += looked
+        self.predicted += (cost.step_seconds(report.blocks, report.rows, len(report.ks),
+                                             self.server.drafter_calls(report) - looked)
+                           + looked * cost.look_seconds)
 
     def cell(self, prompts: list[list[int]]) -> Cell:
         every = self.server.results

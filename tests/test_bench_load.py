@@ -124,6 +124,34 @@ def test_the_control_does_the_plain_servers_work_step_for_step():
         (plain.tokens, plain.emitted, plain.blocks, plain.steps, plain.predicted)
 
 
+def test_a_priced_adaptive_step_charges_the_policys_own_work():
+    """The adaptive policy's own work a step, ``look_seconds`` a request it looked up, is in the
+    seconds the table predicts for its steps (a priced run's seconds), its lookups among it rather
+    than priced again as drafter calls; a table without it prices those lookups as drafter calls."""
+    import dataclasses
+
+    from tinyllm.serve import CostTable, Policy
+
+    model, work = load.tiny_workloads(8, 8)
+    pool = load.warm_pool(model, work, 4)
+    unpriced = CostTable((1e-3, 2e-3), 1e-4, 1e-4, 1e-5)
+    priced = dataclasses.replace(unpriced, look_seconds=3e-5)
+
+    def adaptive(cost):
+        return load.run_cells(model, pool, cost, [("adaptive", Policy("adaptive"))], work.prompts["code-edit"],
+                              4, 8, work.eos, 32)["adaptive"]
+
+    runs = []
+    step = load.Run.step
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(load.Run, "step", lambda run, cost: runs.append(run) or step(run, cost))
+        without, charged = adaptive(unpriced), adaptive(priced)
+    looked = runs[-1].looked
+    assert (charged.tokens, charged.steps, charged.blocks) == (without.tokens, without.steps, without.blocks)
+    assert looked > 0 and runs[0].looked == 0
+    assert charged.predicted == pytest.approx(without.predicted + looked * (3e-5 - 1e-5))
+
+
 def test_no_server_always_steps_after_the_same_one(monkeypatch):
     """A step runs slower after a heavy one, so a cell's servers step in an order drawn each round:
     every server follows more than one other, and the same seed draws the same orders."""
