@@ -193,6 +193,20 @@ def test_adaptive_against_the_fastest_static_k_is_paired_by_repeat():
     assert "adaptive vs best static min 0.93x" in line
 
 
+def test_a_minimum_is_never_printed_above_what_was_measured():
+    """The summary line's minimums are set against bounds (adaptive >= 0.90x the best static k), so
+    they are rounded down: 0.8954 prints 0.89x, not the bound; B = 1's speed-up is rounded."""
+    repeats = {"off": [100.0], "k=2": [100.0], "k=4": [100.0], "k=8": [100.0], "k=15": [99.96],
+               "adaptive": [89.54], load.CONTROL: [100.0]}
+    rows = [{"workload": "code-edit", "B": 1, "policy": policy, "tokens_per_s": tps[0], "tokens_per_s_repeats": tps,
+             "vs_plain": tps[0] / 100.0, "blocks_per_token": 1.0} for policy, tps in repeats.items()]
+    line, facts = load.summary(rows, [1])
+    assert facts["adaptive_vs_best_static_min"] == pytest.approx(0.8954)
+    assert line == ("load: static k=15 below plain from B=1 (worst 0.99x); adaptive vs plain min 0.89x over B, "
+                    "B=1 0.90x; adaptive vs best static min 0.89x; blocks per token adaptive <= plain: yes")
+    assert [load.floored(x) for x in (0.29, 1.03, 1.13 - 0.1, 0.999)] == ["0.29", "1.03", "1.03", "0.99"]
+
+
 @pytest.mark.parametrize("al, d", [(3.4, 9.0), (2.1, 1.7), (1.5, 0.5)])
 def test_break_even_rows_is_where_a_static_k_costs_what_plain_does(al, d):
     """Per request, with a row carrying its share of a full gemm: a static k that emits ``al`` tokens
