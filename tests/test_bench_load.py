@@ -1,6 +1,7 @@
 """``bench/load.py``'s saved cost tables (``--cost``, ``--priced``): read back as written, and a bad
 file or a priced run without one refused by name; a missing real model named with its install command;
-its negative control; its prompts' slots, spread or drawn; its summary's ratios; the request cost, in rows, under which a static k is slower;
+its negative control; the adaptive policy's own work in a priced step; its prompts' slots, spread or drawn;
+its summary's ratios, minimums rounded down; the request cost, in rows, under which a static k is slower;
 the line naming the BLAS kernels a run timed; a shared preamble, and a request's K/V beside the weights."""
 
 import importlib.util
