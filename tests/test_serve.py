@@ -844,17 +844,18 @@ def test_profile_refuses_a_context_its_spread_cannot_sit_around(small):
         profile(small, context=40)
 
 
-def _clocked_forward(monkeypatch, model, seconds, pool_factors=None):
+def _clocked_forward(monkeypatch, model, seconds, pool_factors=None, verify=None):
     """Make ``model.forward`` take ``seconds(gemms, rows, requests)`` on a fake CPU clock that
     nothing else advances: profile then sees those costs and nothing else. Given ``pool_factors``,
-    the ``i``-th pool the forward meets runs ``pool_factors[i]`` times as long. Returns the pools
-    met, in order (their ids)."""
+    the ``i``-th pool the forward meets runs ``pool_factors[i]`` times as long. Given ``verify``,
+    ``verify_draft`` takes ``verify(first_after_a_pass, drafted, prompt)`` on that clock. Returns
+    the pools met, in order (their ids)."""
     import numpy as np
 
     import tinyllm.serve as serve
 
-    clock, pools = [0.0], []
-    real = model.forward
+    clock, pools, after_pass = [0.0], [], [False]
+    real, real_verify = model.forward, serve.verify_draft
 
     def forward(pool, tables, positions, ids, write=None):
         if id(pool) not in pools:
@@ -862,9 +863,17 @@ def _clocked_forward(monkeypatch, model, seconds, pool_factors=None):
         gemms = -(-len(ids) // 16) if model.rows_alone else int(np.bincount(np.asarray(positions) % 16).max())
         factor = 1.0 if pool_factors is None else pool_factors[pools.index(id(pool))]
         clock[0] += seconds(gemms, len(ids), len({id(t) for t in tables})) * factor
+        after_pass[0] = True
         return real(pool, tables, positions, ids, write)
 
+    def verify_draft(rows, draft, draft_probs, params, prompt, output, rng):
+        clock[0] += verify(after_pass[0], len(draft), prompt)
+        after_pass[0] = False
+        return real_verify(rows, draft, draft_probs, params, prompt, output, rng)
+
     monkeypatch.setattr(model, "forward", forward)
+    if verify is not None:
+        monkeypatch.setattr(serve, "verify_draft", verify_draft)
     monkeypatch.setattr(serve.time, "process_time", lambda: clock[0])
     return pools
 
@@ -881,6 +890,26 @@ def test_profile_fits_a_linear_cost_exactly(small, monkeypatch, rows_alone):
     assert cost.block_seconds == pytest.approx((5e-3, 7e-3, 9e-3, 11e-3), rel=1e-6)
     assert (cost.row_seconds, cost.request_seconds) == pytest.approx((3e-4, 7e-4), rel=1e-6)
     assert cost.fit_error < 1e-6
+
+
+def test_profile_prices_a_steps_cold_verification_once(small, monkeypatch):
+    """Verification timed as a step runs it: where the first verification after the passes takes
+    80 us and each one after it 20 us (and 10 us a drafted token), a request is priced 20 us of it
+    and the pass the other 60 us, once; every verification reads a prompt of the profiled context,
+    as a request's sampler does at every token. Timed alone, the cold 80 us priced every request."""
+    prompts = []
+
+    def verify(after_pass, drafted, prompt):
+        prompts.append(len(prompt))
+        return (80e-6 if after_pass else 20e-6) + 10e-6 * drafted
+
+    monkeypatch.setattr(TinyLlama, "rows_alone", property(lambda self: False))
+    _clocked_forward(monkeypatch, small, lambda g, rows, reqs: 5e-3 + 2e-3 * (g - 1) + 3e-4 * rows + 7e-4 * reqs,
+                     verify=verify)
+    cost = profile(small, max_blocks=4, repeats=2, context=100)
+    assert set(prompts) == {100}
+    assert cost.block_seconds == pytest.approx((5.06e-3, 7.06e-3, 9.06e-3, 11.06e-3), rel=1e-6)
+    assert (cost.row_seconds, cost.request_seconds) == pytest.approx((3.1e-4, 7.2e-4), rel=1e-6)
 
 
 def test_profile_keeps_each_pass_at_its_median_pool(small, monkeypatch):

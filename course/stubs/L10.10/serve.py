@@ -234,7 +234,13 @@ def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Dr
     on relative errors, every term >= 0; a pass's cost is not linear in its rows, and a fit over
     the passes a server feeds prices all of them at once, where a difference of two passes prices
     the rows between them only. Then the verifier on a draft of 0 and of 15 accepted tokens adds
-    its cost per row and per request, and ten drafter calls give ``draft_seconds`` (the default
+    its cost per row and per request, timed as a step runs it: sixteen requests one after another,
+    each with a prompt of ``context`` tokens (the sampler reads a request's prompt at every token);
+    the first verification after the passes finds the cache cold, and what it costs past the others
+    is the pass's, paid once a step (timed alone, as before 6 Dec, it priced every request 64 us
+    dearer on the tiny llama, where a step's requests take 14-28 us each: the table then priced
+    plain decoding's steps at up to 1.5 times what they took and predicted no crossover where one was
+    measured, ``bench/load_notebook.md``). Ten drafter calls give ``draft_seconds`` (the default
     drafter's through a :class:`MatchIndex`, its context a token longer each call, as a server's). A pass's time
     is the fastest of interleaved repeats (another process on the machine only ever adds time) in
     this process's CPU seconds: on a core of its own they are wall-clock seconds, and on a shared
@@ -255,6 +261,7 @@ def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Dr
     tables_of = [[[pool.allocate() for _ in range(per)] for _ in range(max(shares))] for pool in pools]
     rng = np.random.default_rng(0)
     ids = rng.integers(0, model.config.vocab, top).tolist()
+    prompt = rng.integers(0, model.config.vocab, context).tolist()  # the sampler reads it at every token
 
     def passes_on(tables: list[list[int]]) -> list[tuple]:
         return ([spread(tables, r, q) for r in sizes for q in shares if q <= r]
@@ -278,16 +285,21 @@ def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Dr
     checks = {0: (logits[:1], []), MAX_DRAFT: (logits, accepted)}
     passed = [[[] for _ in passes] for _ in pools]  # each pool's times of its passes
     verified: dict[int, list[float]] = {key: [] for key in checks}
+    cold: list[float] = []  # each repeat's first verification after its passes
     for _ in range(repeats):
         for pool, its, timed in zip(pools, on_pools, passed):
             for spent, (tb, pos, tok) in zip(timed, its):
                 began = time.process_time()
                 model.forward(pool, tb, pos, tok)
                 spent.append(time.process_time() - began)
+        began = time.process_time()  # a step's first verification, just after its pass
+        verify_draft(*checks[0], None, SamplingParams(), prompt, [], stream(0))
+        cold.append(time.process_time() - began)
         for key, (rows, draft) in checks.items():
             began = time.process_time()
-            verify_draft(rows, draft, None, SamplingParams(), ids[:8], [], stream(0))
-            verified[key].append(time.process_time() - began)
+            for _ in range(max(shares)):  # the rest, one request after another
+                verify_draft(rows, draft, None, SamplingParams(), prompt, [], stream(0))
+            verified[key].append((time.process_time() - began) / max(shares))
     seconds = np.median([[min(spent) for spent in timed] for timed in passed], axis=0)
     rows_alone = model.rows_alone
     counts = CostTable((0.0,), rows_alone=rows_alone)  # counts a pass's gemms as the fitted table will
@@ -298,6 +310,7 @@ def profile(model: TinyLlama, max_blocks: int = 4, repeats: int = 5, drafter: Dr
     first = max(first, seconds[0] / 4)  # a pass always costs something, even where the fit says not
     fit_error = float(np.max(np.abs(design @ [first, gemm, row, request] / seconds - 1)))
     verify_row = max(0.0, (min(verified[MAX_DRAFT]) - min(verified[0])) / MAX_DRAFT)
+    first += max(0.0, min(cold) - min(verified[0]))  # paid once a step, not by every request
     # the server looks the default drafter's drafts up through each request's index, grown a token or so a step
     look = MatchIndex().match if drafter is lookup_drafter else drafter
     ctx = rng.integers(0, 8, 266).tolist()
