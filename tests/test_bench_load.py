@@ -301,6 +301,15 @@ def test_each_workload_is_predicted_from_its_own_cells():
     spread = {b: [17 * i for i in range(b)] for b in (1, 16)}  # a slot each
     assert load.predicted_crossover(cost, rows, spread, [1, 16], "code-edit") == dict.fromkeys(load.STATIC)
     assert load.predicted_crossover(cost, rows, spread, [1, 16], "shift") == dict.fromkeys(load.STATIC, 16)
+    # by hand: plain feeds a row a request in one gemm; k feeds 3 rows a request, at B = 16 three to a slot
+    plain = {1: 1e-3 + 1e-5 + 1e-4, 16: 1e-3 + 16 * (1e-5 + 1e-4)}
+    spec = {1: 1e-3 + 3e-5 + 1e-4, 16: 2e-3 + 48e-5 + 16e-4}  # 3 gemms: the table's slope carries on
+    assert load.predicted_ratios(cost, rows, spread, [1, 16], 15, "shift") == \
+        {b: pytest.approx(1.05 * plain[b] / spec[b]) for b in (1, 16)}
+    for b in (1, 16):
+        next(r for r in rows if r["workload"] == "shift" and r["B"] == b and r["policy"] == "k=15")["vs_plain"] = 0.5 * b
+    assert load.ratios_text(15, "shift", {1: 1.031, 16: 0.7103}, rows) == \
+        "static k=15 on shift against plain, predicted / measured: B=1 1.03x / 0.50x, B=16 0.71x / 8.00x"
     assert load.predicted_crossover(cost, cells({"code-edit": 1.05}), spread, [1, 16], "code-edit") == \
         dict.fromkeys(load.STATIC, 16)
     # one slot for every request: plain decoding pays a gemm a request too, and drafting costs less beside it
