@@ -385,12 +385,14 @@ def admission_order(batch: int, lengths: list[int], pool_blocks: int) -> dict:
     return {"admitted": order, "peak": peak, "all served": sorted(server.results) == ids}
 
 
-def admitted_at_once(lengths: list[int], budgets: list[int], batch: int = 2, place: bool = True) -> dict:
-    """Prompts of these lengths and budgets queued on a server with ``place``, then one ``_admit``:
-    the running requests in the order admitted, and the ``max_new = 0`` ones it admitted and
-    finished on the way (they take no seat, so one call can pass a request over many times)."""
+def admitted_at_once(lengths: list[int], budgets: list[int], batch: int = 2, place: bool = True,
+                     pool_blocks: int = 256) -> dict:
+    """Prompts of these lengths and budgets queued on a server with ``place`` and a pool of
+    ``pool_blocks`` 4-token blocks, then one ``_admit``: the running requests in the order admitted,
+    and the ``max_new = 0`` ones it admitted and finished on the way (they take no seat, so one call
+    can pass a request over many times)."""
     model = small()
-    server = Server(model, model.new_pool(256, 4), Policy("off"), max_batch=batch, place=place)
+    server = Server(model, model.new_pool(pool_blocks, 4), Policy("off"), max_batch=batch, place=place)
     for i, (n, m) in enumerate(zip(lengths, budgets)):
         server.submit([1 + (j % 5) for j in range(n)], GREEDY, seed=i, max_new=m)
     server._admit()
@@ -429,7 +431,8 @@ def cases_admission_placed_never_starved():
     rule = ("card 2.4: the queue's head is admitted first, while fewer than max_batch run and the pool can hold "
             "its whole budget (blocks_for(prompt + max_new)) beside the budgets the running reserve, whatever "
             "pool.num_free() says; no request overtakes it")
-    placed = ("card 2.4: with place, among the first 16 queued requests the pool holds, the one whose last token's slot "
+    placed = ("card 2.4: with place, among the first 16 queued requests (the head and the 15 behind it), those the "
+              "pool holds, the one whose last token's slot "
               "(len(prompt) - 1) % 16 the fewest running requests' last tokens share (a running request's: "
               "(len(prompt) + len(out.tokens) - 1) % 16; one admitted earlier in the same _admit counts, a max_new = 0 "
               "one not: it never runs), the earliest on a tie; "
@@ -455,6 +458,10 @@ def cases_admission_placed_never_starved():
         Case("only the first 16 queued are looked at", "admitted_at_once([5] * 17 + [6], [3] + [0] * 16 + [3])",
              lambda: admitted_at_once([5] * 17 + [6], [3] + [0] * 16 + [3]),
              {"running": [0, 17], "finished at admission": [1]}, placed),
+        Case("the first 16 queued are looked at, then those the pool holds kept",
+             "admitted_at_once([5, 5] + [5] * 15 + [6], [3, 3] + [75] * 15 + [3], batch=3, pool_blocks=20)",
+             lambda: admitted_at_once([5, 5] + [5] * 15 + [6], [3, 3] + [75] * 15 + [3], batch=3, pool_blocks=20),
+             {"running": [0, 1], "finished at admission": []}, placed),
         Case("max_batch 2, long and short requests", "admission_order(2, [9, 2, 7, 1, 3, 5, 8], 64)",
              lambda: admission_order(2, [9, 2, 7, 1, 3, 5, 8], 64),
              {"admitted": [0, 1, 2, 3, 4, 5, 6], "peak": 2, "all served": True},

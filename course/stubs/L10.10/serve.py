@@ -672,7 +672,7 @@ class Server:
     def _admit(self) -> None:
         """Admit while fewer than ``max_batch`` run and the pool can hold the head's budget (a head
         that does not fit waits, and nothing passes it). With ``place``, each admission places a
-        request: among the first ``ADMIT_WINDOW`` queued requests the pool can hold, the one whose
+        request: of the first ``ADMIT_WINDOW`` queued, among those the pool can hold, the one whose
         last token's slot the fewest running requests' last tokens share, the earliest on a tie; a
         head passed over ``ADMIT_WINDOW`` times goes next. Without, the head goes. An admitted
         request's estimate starts from the server's pooled one."""
