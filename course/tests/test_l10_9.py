@@ -100,11 +100,11 @@ def test_tree_shape_matches_recorded():
 
 
 def cases_tree_rejects_bad_parents():
-    rule = ("card 2.1: parents[0] is -1, every other parent is an earlier node, depths never decrease along "
-            "the list; anything else raises TreeError")
+    rule = ("card 2.1: parents[0] is -1, every other parent is an earlier node (an int: a bool, or a float such as "
+            "1.0, is refused), depths never decrease along the list; anything else raises TreeError")
     bad = {"empty": [], "no root": [0, 0], "a second root": [-1, -1], "a parent after its child": [-1, 2, 0],
            "a node its own parent": [-1, 1], "depths that go back up": [-1, 0, 1, 0], "a bool parent": [-1, True],
-           "a bool parent that would be in range": [-1, 0, True]}
+           "a bool parent that would be in range": [-1, 0, True], "a float parent equal to a node": [-1, 0, 1.0]}
     cases = [call(f"{what}: {fn.__name__}", fn, parents, expected=raises("TreeError"), rule=rule)
              for what, parents in bad.items() for fn in (tree_depths, tree_mask, tree_paths)]
     start_rule = "card 2.1: start must be an int >= 0 (a bool is refused); anything else raises TreeError"
@@ -200,7 +200,9 @@ def softmax_at(row, temperature: float) -> np.ndarray:
 
 def expected_draft(temperature, k, seed, branch, ctx, pending):
     """Section 2.2's rule, worked with the given model and a softmax of its own: the chain first,
-    the runners-up of the first row as leaves of the root."""
+    the runners-up of the first row as leaves of the root; with no budget, the root alone and no pass."""
+    if k <= 0:
+        return {"tokens": [pending], "parents": [-1], "probs": None, "passes": 0}
     model = draft_model()
     runner = RunnerTarget(model, model.new_pool(64, 16))
     rng = Pcg32(seed, 55)
@@ -233,6 +235,9 @@ def judge_draft(got, want) -> str | None:
     for key in ("tokens", "parents"):
         if got[key] != want[key]:
             return f"the {key} differ from the rule's"
+    if got.get("passes") != want["passes"] and want["passes"] == 0:
+        return (f"the draft model ran {got.get('passes')} passes, not 0: with no budget the tree is the root alone, "
+                "and nothing is read")
     if got.get("passes") != want["passes"]:
         return (f"the draft model ran {got.get('passes')} passes, not {want['passes']}: one _read, then one "
                 "_feed per chain token but the last (the last token's row is never used)")
@@ -248,13 +253,15 @@ def cases_model_drafter_returns_its_q():
     rule = ("card 2.2: the draft model drafts a chain of k - (branch - 1) tokens, each drawn by walk(q, u) with "
             "q = distribution(its row, params, [], []) and u from Pcg32(seed, 55) (the argmax at temperature 0, "
             "probs None), and returns each q; branch - 1 runners-up of the first row join the root as leaves; "
-            "one _read, then one _feed per chain token but the last")
+            "one _read, then one _feed per chain token but the last; with budget min(self.k, k) <= 0 the root alone, "
+            "read nothing")
     ctx, pending = [1, 4, 1, 5, 9, 2, 6], 5
     cases = []
     for label, temperature, k, seed, branch in [("temperature 0.8", 0.8, 4, 5, 1), ("temperature 1.3", 1.3, 3, 9, 1),
                                                 ("greedy: the argmax chain, no q", 0.0, 4, 0, 1),
                                                 ("branch 3 at temperature 1", 1.0, 5, 2, 3), ("greedy branch 2", 0.0, 3, 0, 2),
-                                                ("k 1 leaves no room for a runner-up", 1.0, 1, 4, 3)]:
+                                                ("k 1 leaves no room for a runner-up", 1.0, 1, 4, 3),
+                                                ("k 0: the root alone, the draft model not run", 1.0, 0, 4, 3)]:
         params = SamplingParams(temperature=temperature)
         text = (f"ModelDrafter(draft_model(), {params_text(params)}, {k}, {seed}, {branch})"
                 f".propose({ctx}, {pending}, {k})")
