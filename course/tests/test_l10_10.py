@@ -23,6 +23,10 @@ GREEDY = SamplingParams()
 # 0.1 ms, a drafter call 0.01 ms.
 HAND_COST = CostTable((0.010, 0.020, 0.030, 0.040), row_seconds=1e-5, request_seconds=1e-4, draft_seconds=1e-5)
 HAND_COST_TEXT = "CostTable((0.010, 0.020, 0.030, 0.040), 1e-5, 1e-4, 1e-5)"
+# section 3's table on a machine that feeds rows alone (card 2.2): a pass runs ceil(rows / 16) gemms
+HAND_ALONE = CostTable((0.010, 0.020, 0.030, 0.040), row_seconds=1e-5, request_seconds=1e-4, draft_seconds=1e-5,
+                       rows_alone=True)
+HAND_ALONE_TEXT = "CostTable((0.010, 0.020, 0.030, 0.040), 1e-5, 1e-4, 1e-5, rows_alone=True)"
 _small: list[TinyLlama] = []
 
 
@@ -75,6 +79,12 @@ def cases_hand_example_acceptance():
              "card 2.1: observe returns the new estimate"),
         call("more kept than drafted", observe, [0.5] * 15, 2, 3, expected=raises("SpecError"),
              rule="card 2.1: 0 <= accepted <= drafted <= len(rates), else SpecError"),
+        call("more drafted than the estimate holds", observe, [0.5] * 15, 16, 3, expected=raises("SpecError"),
+             rule="card 2.1: 0 <= accepted <= drafted <= len(rates), else SpecError"),
+        call("fewer than none kept", observe, [0.5] * 15, 2, -1, expected=raises("SpecError"),
+             rule="card 2.1: 0 <= accepted <= drafted <= len(rates), else SpecError"),
+        Case("survival past the estimate", "len(survival([0.5] * 15, 16))", lambda: len(survival([0.5] * 15, 16)),
+             15, "card 2.1: survival checks nothing: for k >= 0 it returns min(k, len(rates)) values"),
     ]
 
 
@@ -92,6 +102,8 @@ def cases_hand_example_expected_tokens():
                       expected=round((1 - 0.6 ** 16) / 0.4, 9), rule=rule + " = (1 - a^(k+1)) / (1 - a)",
                       name="expected_tokens([0.6] * 15, 15) # rounded"))
     cases.append(call("k past the estimate", expected_tokens, [0.5] * 15, 16, expected=raises("SpecError"),
+                      rule="card 2.1: k in 0..len(rates), else SpecError"))
+    cases.append(call("a k below 0", expected_tokens, [0.5] * 15, -1, expected=raises("SpecError"),
                       rule="card 2.1: k in 0..len(rates), else SpecError"))
     cases.append(call("a bool k", expected_tokens, [0.5] * 15, True, expected=raises("SpecError"),
                       rule="card 2.1: k an int in 0..len(rates) (a bool too), else SpecError"))
@@ -134,6 +146,10 @@ def cases_hand_example_goodput():
     full = [Lane(p, 1, 15, sure) for p in range(32, 48)]
     pair = [Lane(3, 1, 15, sure), Lane(19, 1, 15, sure)]
     nearly = [Lane(p, 1, 15, even) for p in range(32, 46)]
+    still = [Lane(3, 1, 0, sure), Lane(19, 1, 0, sure)]
+    rare = [Lane(3, 1, 15, [0.003] * MAX_DRAFT), Lane(19, 1, 15, [0.003] * MAX_DRAFT)]
+    three = [Lane(3, 1, 15, sure), Lane(19, 1, 15, sure), Lane(5, 1, 15, sure)]
+    mixed = [Lane(3, 1, 15, even), Lane(19, 1, 0, even), Lane(20, 1, 15, [0.25] * MAX_DRAFT), Lane(21, 1, 0, even)]
     cases = [
         Case("section 3: one request, plain", f"goodput({lanes_text(one)}, [0], {HAND_COST_TEXT})",
              lambda: round(goodput(one, [0], HAND_COST), 6), round(1 / (0.010 + 1e-5 + 1e-4), 6), GOODPUT_RULE),
@@ -158,6 +174,23 @@ def cases_hand_example_goodput():
              [0] * 13 + [2], CHOICE_RULE),
         Case("a cap of 0 drafts nothing", f"adaptive_ks([Lane(5, 1, 0, {sure!r})], {HAND_COST_TEXT})",
              lambda: adaptive_ks([Lane(5, 1, 0, sure)], HAND_COST), [0], CHOICE_RULE),
+        Case("rows fed alone: two rows at one slot run one gemm",
+             f"goodput({lanes_text(still)}, [0, 0], {HAND_ALONE_TEXT})",
+             lambda: round(goodput(still, [0, 0], HAND_ALONE), 6), round(2 / (0.010 + 2e-5 + 2e-4), 6),
+             GOODPUT_RULE + "; the table's step_seconds counts the gemms its machine runs (rows alone: ceil(rows / 16))"),
+        Case("rows fed alone: the plain pass is one gemm, not the fullest slot's two",
+             f"adaptive_ks({lanes_text(rare)}, {HAND_ALONE_TEXT})", lambda: adaptive_ks(rare, HAND_ALONE), [0, 0],
+             CHOICE_RULE + "; seconds from the table's step_seconds, which counts the gemms its machine runs"),
+        Case("every draft token sure: ties go to the lower m, the whole draft taken",
+             f"adaptive_ks([Lane(40, 1, 15, {[1.0] * MAX_DRAFT!r})], {HAND_COST_TEXT})",
+             lambda: adaptive_ks([Lane(40, 1, 15, [1.0] * MAX_DRAFT)], HAND_COST), [15],
+             CHOICE_RULE + "; candidates sorted by s descending, then request index, then m"),
+        Case("equal rates: ties go to the earlier request",
+             f"adaptive_ks({lanes_text(three)}, {HAND_COST_TEXT})", lambda: adaptive_ks(three, HAND_COST), [15, 1, 13],
+             CHOICE_RULE + "; candidates sorted by s descending, then request index, then m"),
+        Case("equal chances at different m: the earlier request first, then m",
+             f"adaptive_ks({lanes_text(mixed)}, {HAND_COST_TEXT})", lambda: adaptive_ks(mixed, HAND_COST),
+             [8, 0, 0, 0], CHOICE_RULE + "; candidates sorted by s descending, then request index, then m"),
     ]
     return cases
 
@@ -455,6 +488,15 @@ def cases_admission_placed_never_starved():
              "overtaken_after_admit([3, 3, 70, 3], pool_blocks=20)",
              lambda: overtaken_after_admit([3, 3, 70, 3], pool_blocks=20),
              {"running": [0, 3, 1], "queued": [2], "overtaken": [1]}, placed),
+        Case("only those queued ahead of the one admitted are passed over",
+             "overtaken_after_admit([3, 3, 3, 3], pool_blocks=256, batch=2)",
+             lambda: overtaken_after_admit([3, 3, 3, 3], pool_blocks=256, batch=2),
+             {"running": [0, 2], "queued": [1, 3], "overtaken": [1, 0]}, placed),
+        Case("a max_new = 0 request waits for its reservation like any other",
+             "admitted_at_once([5, 5], [11, 0], batch=2, pool_blocks=4)",
+             lambda: admitted_at_once([5, 5], [11, 0], batch=2, pool_blocks=4),
+             {"running": [0], "finished at admission": []},
+             rule + "; a max_new = 0 request is admitted like any other, while its reservation fits"),
         Case("only the first 16 queued are looked at", "admitted_at_once([5] * 17 + [6], [3] + [0] * 16 + [3])",
              lambda: admitted_at_once([5] * 17 + [6], [3] + [0] * 16 + [3]),
              {"running": [0, 17], "finished at admission": [1]}, placed),
@@ -527,6 +569,17 @@ def pooled_start(first: int) -> dict:
             "the later request starts at": rounded(server.running[0].estimate.rates[:3])}
 
 
+def pooled_after_an_end() -> list[float]:
+    """PROMPTS[0] alone, static k = 2, a drafter whose draft is wrong from its first token, every id an
+    EOS: the request ends in its first round (2 drafted, 0 kept). Positions 1 to 3 of the pool's
+    estimate after that step."""
+    model = small()
+    server = Server(model, model.new_pool(64, 4), Policy("static", 2), max_batch=1, drafter=lambda ctx, k: [0] * k)
+    server.submit(PROMPTS[0], GREEDY, max_new=5, eos=list(range(24)))
+    server.step()
+    return rounded(server.pooled.rates[:3])
+
+
 def first_estimate() -> list[float]:
     """A fresh server's first request, once admitted: its estimate."""
     model = small()
@@ -556,6 +609,9 @@ def cases_estimate_starts_from_the_pool():
              "pooled_start(2)   # pooled_start() in course/tests/test_l10_10.py", lambda: pooled_start(2),
              {"after the first step": {"estimates": [rounded(one), rounded(one)], "pooled": rounded(pool_two)},
               "the later request starts at": rounded(pool_two)}, rule),
+        Case("a round that ends its request updates the pool too",
+             "pooled_after_an_end()   # pooled_after_an_end() in course/tests/test_l10_10.py", pooled_after_an_end,
+             rounded([moved(0.85, 0.0, 0.1), 0.85, 0.85]), rule),
     ]
 
 
@@ -672,6 +728,64 @@ def conserved(seed: int, requests: int) -> dict:
     return {"served": served_count, "free at the end": server.pool.num_free(), "problems": problems}
 
 
+def one_served(policy: str, max_new: int, eos=(), listener: str = "goes on", drafter: str | None = None,
+               params: SamplingParams = GREEDY) -> dict:
+    """PROMPTS[0] (greedy alone: 3, 3, 3, ...) served alone with these ``eos`` ids, a listener that
+    answers True ("goes on"), None ("None") or False ("stops"), and a drafter: the server's own
+    (None), "sure" (``[3] * k``, the greedy continuation), "nothing" (``[]``) or "long" (``[1] * (k + 3)``,
+    more than asked for). Each step's (rows, blocks, the request's ks entry); the tokens, what the
+    listener heard, and the stats."""
+    drafters = {"sure": lambda ctx, k: [3] * k, "nothing": lambda ctx, k: [], "long": lambda ctx, k: [1] * (k + 3)}
+    model = small()
+    kwargs = {} if drafter is None else {"drafter": drafters[drafter]}
+    server = Server(model, model.new_pool(64, 4), Policy.parse(policy), max_batch=1, cost=HAND_COST, **kwargs)
+    heard: list[int] = []
+
+    def on_token(token, logprob):
+        heard.append(token)
+        return {"goes on": True, "None": None, "stops": False}[listener]
+
+    rid = server.submit(PROMPTS[0], params, seed=0, max_new=max_new, eos=list(eos), on_token=on_token)
+    steps = []
+    for _ in range(max_new + 1):  # a correct server ends it sooner
+        if server.idle():
+            break
+        report = server.step()
+        steps.append([report.rows, report.blocks, report.ks.get(rid)])
+    if not server.idle():
+        return {"stuck": f"not idle after {max_new + 1} steps: {still_held(server)}"}
+    g = server.results[rid]
+    return {"steps": steps, "tokens": g.tokens, "heard": heard,
+            "stats": [g.stats.drafted, g.stats.accepted, g.stats.target_calls]}
+
+
+def first_step_of_two(prompts: list[list[int]]) -> list:
+    """Two prompts, plain decoding, one step: its (rows, blocks)."""
+    model = small()
+    server = Server(model, model.new_pool(64, 4), Policy("off"), max_batch=2)
+    for i, prompt in enumerate(prompts):
+        server.submit(prompt, GREEDY, seed=i, max_new=2)
+    report = server.step()
+    return [report.rows, report.blocks]
+
+
+def drafts_after_quiet_steps() -> dict:
+    """Adaptive, section 3's table, prompt [9] alone for 40 tokens, every draft wrong: whether a step
+    drafts nothing after steps that drafted, and whether one drafts after that. The estimate falls
+    until the policy drafts nothing; ``_explore`` (given) then fades it back, so it drafts again."""
+    model = small()
+    server = Server(model, model.new_pool(64, 4), Policy("adaptive"), max_batch=1, cost=HAND_COST,
+                    drafter=lambda ctx, k: [(ctx[-1] + 7) % 24] * k)
+    rid = server.submit([9], GREEDY, max_new=40)
+    ks = []
+    for _ in range(41):
+        if server.idle():
+            break
+        ks.append(server.step().ks.get(rid))
+    quiet = next((i for i in range(1, len(ks)) if ks[i] == 0 and any(ks[:i])), None)
+    return {"stops drafting": quiet is not None, "drafts again": quiet is not None and any(ks[quiet + 1:])}
+
+
 def ends_at_admission(policy: str) -> dict:
     """One request with ``max_new = 0``, alone on a fresh server: what its one step reports."""
     model = small()
@@ -693,7 +807,43 @@ def cases_blocks_conserved_under_load():
         Case(f"max_new = 0 alone, {policy}", f"ends_at_admission({policy!r})   # in course/tests/test_l10_10.py",
              lambda policy=policy: ends_at_admission(policy),
              {"finished": [0], "rows": 0, "result tokens": [], "free blocks": 16, "idle": True}, rule)
-        for policy in ("off", "adaptive")]
+        for policy in ("off", "adaptive")] + cases_one_round()
+
+
+def cases_one_round() -> list[Case]:
+    """Card 2.4's step and _verify, one request at a time: what a StepReport holds, and L10.8's loop."""
+    report_rule = ("card 2.4: a StepReport holds the rows fed, gemm_blocks of their positions (the fullest slot, on "
+                   "any machine), and ks: each running request's draft this step, len(draft) (the k chosen after "
+                   "_explore, or shorter where the drafter found less; a longer draft is cut to its first k)")
+    loop_rule = ("card 2.4, _verify: one round of L10.8's loop: the stats take verify_draft's n_accepted (also past a "
+                 "stop); each token goes to the listener, the EOS too, until one says stop (bool(answer) False: "
+                 "None too), is an EOS or reaches max_new; verify_draft gets the prompt and the output so far apart")
+    text = "one_served({})   # one_served() in course/tests/test_l10_10.py"
+    penalized = SamplingParams(frequency_penalty=5.0)
+    return [
+        Case("a drafter that finds nothing: ks 0", text.format("'3', 3, drafter='nothing'"),
+             lambda: one_served("3", 3, drafter="nothing")["steps"], [[7, 1, 0], [1, 1, 0], [1, 1, 0]], report_rule),
+        Case("a longer draft is cut to k", text.format("'2', 4, drafter='long'"),
+             lambda: one_served("2", 4, drafter="long")["steps"], [[9, 1, 2], [3, 1, 2], [2, 1, 1], [1, 1, 0]],
+             report_rule),
+        Case("two rows at one slot: two gemms", "first_step_of_two([[9], [9]])   # in course/tests/test_l10_10.py",
+             lambda: first_step_of_two([[9], [9]]), [2, 2], report_rule),
+        Case("every draft wrong: adaptive stops drafting, then drafts again",
+             "drafts_after_quiet_steps()   # in course/tests/test_l10_10.py", drafts_after_quiet_steps,
+             {"stops drafting": True, "drafts again": True}, report_rule + "; step passes choose_ks's ks through self._explore (given)"),
+        Case("an EOS is emitted and heard", text.format("'off', 4, eos=[3]"),
+             lambda: {k: v for k, v in one_served("off", 4, eos=[3]).items() if k != "steps"},
+             {"tokens": [3], "heard": [3], "stats": [0, 0, 1]}, loop_rule),
+        Case("a listener that answers None stops", text.format("'off', 4, listener='None'"),
+             lambda: {k: v for k, v in one_served("off", 4, listener="None").items() if k != "steps"},
+             {"tokens": [3], "heard": [3], "stats": [0, 0, 1]}, loop_rule),
+        Case("a stop past accepted tokens: all of them counted", text.format("'3', 6, listener='stops', drafter='sure'"),
+             lambda: {k: v for k, v in one_served("3", 6, listener="stops", drafter="sure").items() if k != "steps"},
+             {"tokens": [3], "heard": [3], "stats": [3, 3, 1]}, loop_rule),
+        Case("penalties read the output as output", text.format("'off', 6, params=SamplingParams(frequency_penalty=5.0)"),
+             lambda: one_served("off", 6, params=penalized)["tokens"],
+             alone(PROMPTS[0], 0, penalized, 0, 6)["tokens"], loop_rule),
+    ]
 
 
 def test_blocks_conserved_under_load():

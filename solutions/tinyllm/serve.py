@@ -1005,7 +1005,8 @@ class Server:
         if not self.running:
             return StepReport(0, 0, 0, {}, list(self.results)[ended:])
         ks = self._explore(choose_ks(self.policy, self._lanes(), self.cost))
-        drafts = [self.drafter(r.prompt + r.out.tokens, k) if k > 0 else [] for r, k in zip(self.running, ks)]
+        drafts = [list(self.drafter(r.prompt + r.out.tokens, k))[:k] if k > 0 else []  # a longer draft is cut to k
+                  for r, k in zip(self.running, ks)]
         tables, positions, ids = [], [], []
         for r, draft in zip(self.running, drafts):
             fed = r.pending + draft
