@@ -18,9 +18,9 @@ from fakes import CycleTarget, TableTarget
 from grader.cases import Case, chi2_quantile, call, check, each, raises
 from tinyllm.kvpool import KvPool
 from tinyllm.sampling import SamplingParams, sample, stream
-from tinyllm.spec import (Draft, SpecConfig, blocks_for, generate, generate_stream, ngram_draft,
-                          prompt_lookup, residual, rollback, sample_dense, speculative_step,
-                          verify_draft)
+from tinyllm.spec import (Draft, SpecConfig, blocks_for, dense_distribution, generate, generate_stream,
+                          ngram_draft, prompt_lookup, propose, residual, rollback, sample_dense,
+                          speculative_step, verify_draft)
 
 GOLDEN = "L10.8/spec_golden.json"
 GREEDY = SamplingParams()
@@ -94,6 +94,8 @@ def cases_hand_example_prompt_lookup():
         lookup("empty context", [], 3, 3, 1, []),
         lookup("min_ngram 2 refuses a one-token match", [1, 2, 3, 4, 2], 3, 3, 2, []),
         lookup("exactly n + 1 tokens", [7, 7, 7], 2, 2, 2, [7]),
+        lookup("k = 0 drafts nothing", [5, 6, 7, 8, 5, 6], 0, 3, 1, []),
+        lookup("k < 0 drafts nothing", [5, 6, 7, 8, 5, 6], -1, 3, 1, []),
     ]
 
 
@@ -155,8 +157,15 @@ def cases_config_parses_runtime_values():
             for d, k in (("none", 4), ("ngram", 1), ("prompt_lookup", 16))]
     bad = [parsed(f"refuse {d!r} k={k!r}", d, k, raises("SpecError"))
            for d, k in (("prompt_lookup", 0), ("ngram", 17), ("none", -1), ("prompt-lookup", 4),
-                        ("Prompt_Lookup", 4), ("", 4), ("ngram", True), ("ngram", 2.0))]
-    return good + bad
+                        ("Prompt_Lookup", 4), (" ngram", 4), ("", 4), ("ngram", True), ("ngram", 2.0))]
+    configured = [
+        call("propose: prompt lookup from cfg.max_ngram down to cfg.min_ngram", propose,
+             SpecConfig(Draft.PROMPT_LOOKUP, 4, 3, 2), [1, 2, 3, 4, 2], 4, expected=[],
+             rule="card 2.1: propose runs prompt_lookup(ctx, k, cfg.max_ngram, cfg.min_ngram)"),
+        call("propose: the n-gram draft takes n = cfg.max_ngram", propose, SpecConfig(Draft.NGRAM, 4),
+             [1, 2, 3, 9, 5, 2, 3, 7, 1, 2, 3], 1, expected=[7], rule="card 2.1: propose runs ngram_draft(ctx, k, cfg.max_ngram)"),
+    ]
+    return good + bad + configured
 
 
 def test_config_parses_runtime_values():
@@ -217,6 +226,10 @@ def cases_hand_example_greedy_verify():
                     GREEDY_RULE),
         verify_case("an empty draft: only the bonus", HAND_ROWS[2:], [], None, GREEDY, [0], [], 7,
                     {"tokens": [0], "n_accepted": 0, "logprobs": [lp2], "next_u32": undrawn}, GREEDY_RULE),
+        verify_case("a masked logit (-inf) is a logit like any other", [np.array([0, 1, -np.inf, 2], dtype=np.float32)],
+                    [], None, GREEDY, [0], [], 7,
+                    {"tokens": [3], "n_accepted": 0, "logprobs": [2 - lse(0, 1, 2)], "next_u32": undrawn},
+                    GREEDY_RULE + "; a row may hold -inf (a masked id), not NaN or +inf, and needs one finite value"),
     ]
 
 
@@ -276,6 +289,8 @@ def cases_hand_example_sampled_step():
         call("p(x) > q(x): always kept", speculative_step, p, q, 1, 0.999, 0.0, expected=[1, True], rule=step_rule),
         call("q(x) = 0 could not have proposed x", speculative_step, p, np.array([0.0, 0.5, 0.5]), 0, 0.1, 0.1,
              expected=raises("SpecError"), rule=step_rule),
+        call("the target's law at temperature 0", dense_distribution, HAND_ROWS[0], GREEDY, [0], [],
+             expected=[0.0, 0.0, 1.0, 0.0], rule="card 2.2: at temperature 0 it is the one-hot at the penalized argmax"),
     ]
 
 
@@ -310,7 +325,9 @@ def cases_accept_needs_u_below_p_over_q():
                   "[0, V) (a bool too), u_a or u_r outside [0, 1)")
         for what, args in {"u_a = 1.0": (P3, Q3, 0, 1.0, 0.5), "u_a = -0.1": (P3, Q3, 0, -0.1, 0.5),
                            "u_r = NaN": (P3, Q3, 0, 0.5, float("nan")), "x = 3 past the vocabulary": (P3, Q3, 3, 0.5, 0.5),
-                           "x = True": (P3, Q3, True, 0.5, 0.5), "p and q of two lengths": (P3, Q3[:2], 0, 0.5, 0.5)}.items()
+                           "x = True": (P3, Q3, True, 0.5, 0.5), "p and q of two lengths": (P3, Q3[:2], 0, 0.5, 0.5),
+                           "u_r = 1.0 on a round that accepts": (P3, Q3, 0, 0.1, 1.0),
+                           "x = -1": (P3, Q3, -1, 0.1, 0.5), "p and q 2-D": (P3[None], Q3[None], 0, 0.5, 0.5)}.items()
     ]
 
 
@@ -355,6 +372,10 @@ def cases_verify_rejects_bad_shapes():
         "a row holding +inf": ([np.zeros(4, np.float32), np.array([0, np.inf, 0, 0], np.float32), rows3[0]], [1, 2],
                                None),
         "a bool draft token": (rows3, [True, 2], None),
+        "a row with no finite value": ([np.full(4, -np.inf, np.float32)], [], None),
+        "a float draft token": (rows3, [1.0, 2], None),
+        "a draft distribution summing to 1 + 5e-6": (rows3, [1, 2], [q, np.array([0.25, 0.25, 0.25, 0.25 + 5e-6])]),
+        "a draft distribution giving its own token probability 0": (rows3[:2], [1], [np.array([1.0, 0.0, 0.0, 0.0])]),
     }
     rule = ("card 2.2: a malformed round raises SpecError naming the bad value; each draft distribution is "
             "V non-negative numbers summing to 1 within 1e-6")
@@ -469,10 +490,11 @@ def cases_eos_and_max_tokens_end_generation():
                       lambda: pick(generation(CycleTarget(CYCLE), SpecConfig(Draft.PROMPT_LOOKUP, 4), CYCLE_PROMPT,
                                               GREEDY, 3, 20, [4]), "tokens", "target_calls"),
                       {"tokens": [2, 3, 4], "target_calls": 1}, rule))
-    bad_rule = ("card 2.5: before anything is fed, SpecError for an empty prompt, a max_new that is not an int >= 0 "
+    bad_rule = ("card 2.5: before anything is fed (max_new = 0 too), SpecError for an empty prompt, a max_new that is not an int >= 0 "
                 "(a bool too), a seed that is not an int in [0, 2**64) (a bool too), and a target that already caches "
                 "positions")
-    for what, prompt, seed, max_new in (("an empty prompt", [], 0, 4), ("max_new = -1", [1], 0, -1),
+    for what, prompt, seed, max_new in (("an empty prompt", [], 0, 4), ("an empty prompt, max_new = 0", [], 0, 0),
+                                        ("max_new = -1", [1], 0, -1),
                                         ("max_new = True", [1], 0, True), ("seed = -1", [1], -1, 4),
                                         ("seed = 2**64", [1], 2**64, 4), ("seed = True", [1], True, 4)):
         cases.append(Case(f"refused: {what}", generation_text("CycleTarget(CYCLE)", SpecConfig(Draft.NONE, 4), prompt,
@@ -851,7 +873,8 @@ def cases_generate_stream_hands_over_each_token_and_stops_when_told():
         g = generate_stream(target, SpecConfig(Draft.PROMPT_LOOKUP, 4), CYCLE_PROMPT, GREEDY, 0, 20, [],
                             lambda t, lp: heard.append(int(t)) or len(heard) < 3)
         return {"tokens": [int(t) for t in g.tokens], "logprobs": len(g.logprobs), "heard": heard,
-                "target_calls": target.calls, "cached": target.cached()}
+                "target_calls": target.calls, "cached": target.cached(),
+                "stats": [g.stats.drafted, g.stats.accepted, g.stats.target_calls]}
 
     def heard_eos():
         heard = []
@@ -878,7 +901,8 @@ def cases_generate_stream_hands_over_each_token_and_stops_when_told():
                       f"4), {CYCLE_PROMPT}, SamplingParams(), 0, 20, [], lambda t, lp: heard.append(t) or "
                       "len(heard) < 3)", stopped,
                       {"tokens": [2, 3, 4], "logprobs": 3, "heard": [2, 3, 4], "target_calls": 1,
-                       "cached": len(CYCLE_PROMPT) + 2}, rule))
+                       "cached": len(CYCLE_PROMPT) + 2, "stats": [4, 4, 1]},
+                      rule + "; the stopped round's stats count in full: drafted, accepted (past the stop) and its pass"))
     return cases
 
 

@@ -107,9 +107,15 @@ def cases_tree_rejects_bad_parents():
            "a bool parent that would be in range": [-1, 0, True], "a float parent equal to a node": [-1, 0, 1.0]}
     cases = [call(f"{what}: {fn.__name__}", fn, parents, expected=raises("TreeError"), rule=rule)
              for what, parents in bad.items() for fn in (tree_depths, tree_mask, tree_paths)]
-    start_rule = "card 2.1: start must be an int >= 0 (a bool is refused); anything else raises TreeError"
+    cases += [call(f"{what}: tree_positions", tree_positions, 0, parents, expected=raises("TreeError"),
+                   rule=rule + "; tree_positions validates through tree_depths")
+              for what, parents in (("depths that go back up", [-1, 0, 1, 0]), ("a parent after its child", [-1, 2, 0]))]
+    cases.append(call("a numpy integer parent", lambda: tree_depths([-1, np.int64(0), np.int64(1)]), expected=[0, 1, 2],
+                      rule=rule + "; a numpy integer counts as an int", name="tree_depths([-1, np.int64(0), np.int64(1)])"))
+    start_rule = ("card 2.1: start must be an int >= 0 (a bool, or a float such as 4.0, is refused); anything else "
+                  "raises TreeError")
     return cases + [call(f"start = {start!r}: tree_positions", tree_positions, start, [-1, 0], expected=raises("TreeError"),
-                         rule=start_rule) for start in (-1, 2.5, True)]
+                         rule=start_rule) for start in (-1, 2.5, 4.0, True)]
 
 
 def test_tree_rejects_bad_parents():
@@ -157,7 +163,11 @@ def cases_hand_example_suffix_tree():
     ] + [Case(f"trie_tree with budget {budget}: the root alone", f"trie_tree(3, [[9, 5], [9, 6]], {budget})",
               lambda budget=budget: tree_shape(trie_tree(3, [[9, 5], [9, 6]], budget)),
               {"tokens": [3], "parents": [-1]}, SUFFIX_RULE + "; no node below the root when budget <= 0")
-         for budget in (0, -1)]
+         for budget in (0, -1)] + [
+        Case("trie_tree: breadth-first, each node's children after it in rank order (not each level by rank)",
+             "trie_tree(0, [[1, 5], [1, 6], [2, 8], [2, 8]], 5)",
+             lambda: tree_shape(trie_tree(0, [[1, 5], [1, 6], [2, 8], [2, 8]], 5)),
+             {"tokens": [0, 1, 2, 5, 6, 8], "parents": [-1, 0, 0, 1, 1, 2]}, SUFFIX_RULE)]
 
 
 def test_hand_example_suffix_tree():
@@ -183,13 +193,25 @@ def draft_model(vocab: int = 12) -> TinyLlama:
     return TinyLlama(model.config, {**model.weights, "tok_emb": model.weights["tok_emb"] * np.float32(0.2)})
 
 
-def drafted(params, k, seed, branch, ctx, pending):
-    drafter = ModelDrafter(draft_model(), params, k, seed, branch)
-    tree = drafter.propose(ctx, pending, k)
+def draft_answer(tree, passes) -> dict:
     return {"tokens": [int(t) for t in tree.tokens], "parents": [int(p) for p in tree.parents],
             "probs": None if tree.probs is None else
             [None if q is None else np.asarray(q, dtype=np.float64).tolist() for q in tree.probs],
-            "passes": drafter.passes}
+            "passes": passes}
+
+
+def drafted(params, k, seed, branch, ctx, pending, asked=None):
+    """A fresh drafter of ``k`` tokens, asked for ``asked`` (``k`` unless given)."""
+    drafter = ModelDrafter(draft_model(), params, k, seed, branch)
+    tree = drafter.propose(ctx, pending, k if asked is None else asked)
+    return draft_answer(tree, drafter.passes)
+
+
+def drafted_twice(params, k, seed, branch, ctx, pending):
+    """One drafter's second proposal on the same context (its passes not compared: its cache holds the text)."""
+    drafter = ModelDrafter(draft_model(), params, k, seed, branch)
+    drafter.propose(ctx, pending, k)
+    return draft_answer(drafter.propose(ctx, pending, k), None)
 
 
 def softmax_at(row, temperature: float) -> np.ndarray:
@@ -198,14 +220,15 @@ def softmax_at(row, temperature: float) -> np.ndarray:
     return z / z.sum()
 
 
-def expected_draft(temperature, k, seed, branch, ctx, pending):
+def expected_draft(temperature, k, seed, branch, ctx, pending, rng=None):
     """Section 2.2's rule, worked with the given model and a softmax of its own: the chain first,
-    the runners-up of the first row as leaves of the root; with no budget, the root alone and no pass."""
+    the runners-up of the first row as leaves of the root; with no budget, the root alone and no pass.
+    ``rng``: the drafter's generator where earlier proposals left it (a fresh ``Pcg32(seed, 55)`` if None)."""
     if k <= 0:
         return {"tokens": [pending], "parents": [-1], "probs": None, "passes": 0}
     model = draft_model()
     runner = RunnerTarget(model, model.new_pool(64, 16))
-    rng = Pcg32(seed, 55)
+    rng = Pcg32(seed, 55) if rng is None else rng
     row = runner.extend(list(ctx) + [pending])[-1]
     siblings = min(branch - 1, k - 1)
     chain, qs, first = [], [], row
@@ -257,6 +280,26 @@ def cases_model_drafter_returns_its_q():
             "read nothing")
     ctx, pending = [1, 4, 1, 5, 9, 2, 6], 5
     cases = []
+    warm = SamplingParams(temperature=1.0)
+    penalized = SamplingParams(temperature=1.0, repetition_penalty=2.0)
+    rng = Pcg32(4, 55)
+    expected_draft(1.0, 4, 4, 3, ctx, pending, rng)  # the first proposal's draws
+    second = {**expected_draft(1.0, 4, 4, 3, ctx, pending, rng), "passes": None}
+    cases += [
+        Case("a drafter of 2 asked for 4 drafts 2",
+             f"ModelDrafter(draft_model(), {params_text(warm)}, 2, 4, 3).propose({ctx}, {pending}, 4)",
+             lambda: drafted(warm, 2, 4, 3, ctx, pending, asked=4), expected_draft(1.0, 2, 4, 3, ctx, pending),
+             rule + "; budget = min(self.k, k)", judge=judge_draft),
+        Case("penalties do not touch q",
+             f"ModelDrafter(draft_model(), {params_text(penalized)}, 4, 4, 1).propose({ctx}, {pending}, 4)",
+             lambda: drafted(penalized, 4, 4, 1, ctx, pending), expected_draft(1.0, 4, 4, 1, ctx, pending),
+             rule + "; q takes no penalties (no context is passed)", judge=judge_draft),
+        Case("a second proposal draws where the first stopped (none for the runners-up)",
+             f"d = ModelDrafter(draft_model(), {params_text(warm)}, 4, 4, 3); d.propose({ctx}, {pending}, 4); "
+             f"d.propose({ctx}, {pending}, 4)",
+             lambda: drafted_twice(warm, 4, 4, 3, ctx, pending), second,
+             rule + "; one draw per drafted chain token, none for the runners-up, from one generator", judge=judge_draft),
+    ]
     for label, temperature, k, seed, branch in [("temperature 0.8", 0.8, 4, 5, 1), ("temperature 1.3", 1.3, 3, 9, 1),
                                                 ("greedy: the argmax chain, no q", 0.0, 4, 0, 1),
                                                 ("branch 3 at temperature 1", 1.0, 5, 2, 3), ("greedy branch 2", 0.0, 3, 0, 2),
@@ -313,6 +356,12 @@ def cases_hand_example_greedy_tree():
         greedy_hand_case("the first branch, its second child, the bonus", [7, 9, 0, 0, 6, 0], [7, 9, 6], [0, 1, 4]),
         greedy_hand_case("a correction at the root", [6, 3, 4, 0, 0, 0], [6], [0]),
         greedy_hand_case("a correction below an accepted node", [7, 1, 0, 0, 0, 0], [7, 1], [0, 1]),
+        verify_case("one row for two nodes", [peaked(10, 0)], DraftTree([0, 1], [-1, 0]), GREEDY, [], [], "stream(7)",
+                    lambda: stream(7), raises("TreeError"),
+                    "card 2.3: verify_tree first calls _check_round(rows, tree) (given): a row per node, else TreeError"),
+        verify_case("a node past the vocabulary", [peaked(10, 0)] * 2, DraftTree([0, 12], [-1, 0]), GREEDY, [], [],
+                    "stream(7)", lambda: stream(7), raises("TreeError"),
+                    "card 2.3: verify_tree first calls _check_round(rows, tree) (given): node tokens in the vocabulary"),
     ]
 
 
@@ -593,6 +642,8 @@ def cases_hand_example_compaction():
         compact_case("a node twice", 4, [4, 4], [0, 2, 2], raises("TreeError")),
         compact_case("a bool start", True, [4, 4], [0, 1], raises("TreeError")),
         compact_case("a float start", 2.5, [4, 4], [0, 1], raises("TreeError")),
+        compact_case("an empty path", 4, [4, 4], [], raises("TreeError")),
+        compact_case("a negative start", -1, [4, 4], [0, 1], raises("TreeError")),
     ]
 
 
@@ -783,6 +834,12 @@ def cases_generate_tree_streams_and_stops_when_told():
         return {"tokens": [int(t) for t in g.tokens], "heard": heard, "target_calls": g.stats.target_calls,
                 "cached": target.cached(), "cache": target.cached_ids()}
 
+    def silent():
+        heard = []
+        g = generate_tree(TreeCycleTarget(CYCLE), SuffixTreeDrafter(8, 2), CYCLE_PROMPT, GREEDY, 0, 20, [],
+                          lambda t, lp: heard.append(int(t)))
+        return {"tokens": [int(t) for t in g.tokens], "heard": heard}
+
     cases = [Case(f"every token heard at {params_text(prm)}",
                   f"heard = []; generate_tree(TreeTableTarget(12, 3), SuffixTreeDrafter(6, 3), {GEN_PROMPTS[2]}, "
                   f"{params_text(prm)}, 99, 25, [], lambda t, lp: heard.append((t, lp)) is None)",
@@ -798,18 +855,24 @@ def cases_generate_tree_streams_and_stops_when_told():
                       "lambda t, lp: heard.append(t) or True)", lambda: stopped(99, [4]),
                       {"tokens": [2, 3, 4], "heard": [2, 3, 4], "target_calls": 2, "cached": len(CYCLE_PROMPT) + 2,
                        "cache": CYCLE_PROMPT + [2, 3]}, rule))
+    cases.append(Case("a listener that answers None stops after the first token",
+                      prefix + f"{CYCLE_PROMPT}, SamplingParams(), 0, 20, [], lambda t, lp: heard.append(t))",
+                      lambda: silent(), {"tokens": [2], "heard": [2]}, rule))
     cases.append(Case("max_new = 0 feeds nothing", "generate_tree(TreeCycleTarget(CYCLE), SuffixTreeDrafter(8, 2), "
                       f"{CYCLE_PROMPT}, SamplingParams(), 0, 0, [])",
                       lambda: {k: v for k, v in tree_generation(TreeCycleTarget(CYCLE), SuffixTreeDrafter(8, 2),
                                                                 CYCLE_PROMPT, GREEDY, 0, 0, []).items()
                                if k in ("tokens", "target_calls", "cached")},
                       {"tokens": [], "target_calls": 0, "cached": 0}, rule))
-    bad_rule = ("card 2.5: before anything is fed, TreeError for an empty prompt, a max_new that is not an int >= 0 "
+    bad_rule = ("card 2.5: before anything is fed (max_new = 0 too), TreeError for an empty prompt, a max_new that is not an int >= 0 "
                 "(a bool too) and a target that already caches positions; in a round, TreeError for a tree not "
-                "rooted at the pending token or with more nodes below the root than max_new - emitted - 1")
+                "rooted at the pending token or with more nodes below the root than max_new - emitted - 1, before "
+                "the tree is fed")
     fresh = ("TreeCycleTarget(CYCLE)", lambda: TreeCycleTarget(CYCLE))
     suffix8 = ("SuffixTreeDrafter(8, 2)", lambda: SuffixTreeDrafter(8, 2))
     bad = [("an empty prompt", fresh, suffix8, [], 4),
+           ("an empty prompt, max_new = 0", fresh, suffix8, [], 0),
+           ("max_new = 2.5", fresh, suffix8, CYCLE_PROMPT, 2.5),
            ("max_new = -1", fresh, suffix8, CYCLE_PROMPT, -1),
            ("max_new = True", fresh, suffix8, CYCLE_PROMPT, True),
            ("a target already caching positions", ("started_cycle_target()", started_cycle_target), suffix8,
@@ -844,8 +907,15 @@ def started_cycle_target() -> TreeCycleTarget:
 
 
 def refused_tree_request(make_target, make_drafter, prompt, max_new):
-    """A bad request's or a bad tree's generate_tree call; it must raise TreeError."""
-    return generate_tree(make_target(), make_drafter(), prompt, GREEDY, 0, max_new, [])
+    """A bad request's or a bad tree's generate_tree call; it must raise TreeError before the tree is fed
+    (a fresh target holds at most the prompt but its last token, the pending root)."""
+    target = make_target()
+    held = target.cached()
+    try:
+        return generate_tree(target, make_drafter(), prompt, GREEDY, 0, max_new, [])
+    finally:
+        fed = target.cached() - held
+        assert fed <= max(len(prompt) - 1, 0), f"the target was fed {fed} positions before the request was refused"
 
 
 def test_generate_tree_streams_and_stops_when_told():
