@@ -197,11 +197,12 @@ def test_pcg32_matches_golden_streams():
 
 def cases_pcg32_rejects_bad_seeds():
     rule = ("spec pcg32.md 'Seeding': seed and stream are integers in [0, 2**64); anything else (negative, too "
-            "large, a float) raises ValueError")
+            "large, a float, even 42.0, a bool) raises ValueError")
     good = [case(f"Pcg32({s}, {t}) is accepted", f"refused(lambda: Pcg32({s}, {t}))" + REFUSED_NOTE, "accepted", rule)
             for s, t in (("0", "0"), ("2**64 - 1", "2**64 - 1"))]
     bad = [case(f"Pcg32({s}, {t}) is refused", f"Pcg32({s}, {t})", raises("ValueError"), rule)
-           for s, t in (("-1", "54"), ("2**64", "54"), ("1.5", "54"), ("1", "-1"), ("1", "2**64"))]
+           for s, t in (("-1", "54"), ("2**64", "54"), ("1.5", "54"), ("42.0", "54"), ("True", "54"), ("1", "-1"),
+                        ("1", "2**64"))]
     return good + bad
 
 
@@ -271,12 +272,15 @@ def cases_sampling_params_reject_bad_values():
            ("top_k", "-1"), ("top_k", "2.5"), ("top_p", "0.0"), ("top_p", "1.5"), ("top_p", "float('nan')"),
            ("min_p", "-0.01"), ("min_p", "1.01"), ("repetition_penalty", "0.0"), ("repetition_penalty", "-1.0"),
            ("presence_penalty", "float('nan')"), ("frequency_penalty", "float('inf')"),
-           ("temperature", "True"), ("top_k", "True"), ("top_p", "True")]
+           ("temperature", "True"), ("top_k", "True"), ("top_p", "True"), ("min_p", "True"),
+           ("presence_penalty", "True"), ("frequency_penalty", "True"), ("repetition_penalty", "True"),
+           ("repetition_penalty", "float('inf')"), ("repetition_penalty", "float('nan')"), ("top_k", "2.0")]
     cases = [case(f"{field}={value}", f"SamplingParams({field}={value})", raises("ValueError"), rule,
                   judge=judge_raises_naming(field)) for field, value in bad]
     edges = [{"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0},
              {"temperature": 2.0, "top_k": 50, "top_p": 0.01, "min_p": 1.0, "repetition_penalty": 0.5,
-              "presence_penalty": -1.0, "frequency_penalty": -0.5}]
+              "presence_penalty": -1.0, "frequency_penalty": -0.5},
+             {"temperature": 1, "top_p": 1, "min_p": 0, "repetition_penalty": 2}]  # ints are floats' values
     for fields in edges:
         text = "vars(SamplingParams(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + "))"
         cases.append(case(f"edge values {', '.join(f'{k}={v!r}' for k, v in fields.items())}", text,
@@ -308,6 +312,9 @@ def cases_repetition_penalty_on_negative_logits():
              f"out = apply_penalties(logits, {params(repetition_penalty=2.0)}, [0, 1], [2, 1, 1]); "
              "{'dtype': str(out.dtype), 'input unchanged': bool(np.array_equal(logits, before))}",
              {"dtype": "float64", "input unchanged": True}, REPETITION_RULE),
+        case("a float64 input is untouched too",
+             f"logits = np.array([2.0, -2.0]); apply_penalties(logits, {params(repetition_penalty=2.0)}, [0, 1], []); "
+             "logits.tolist()", [2.0, -2.0], REPETITION_RULE),
     ]
 
 
@@ -394,6 +401,8 @@ def cases_temperature_scales_before_filters():
                            spread([0, 1, 2], softmax(x[:3]), 4), rule))
     cases.append(dist_case("min_p 0.1 at T = 2 keeps id 3", x, params(temperature=2.0, min_p=0.1),
                            softmax(np.array(x) / 2).tolist(), rule))
+    cases.append(dist_case("a tiny temperature is not greedy", [1.0, 1.0], params(temperature=1e-6), [0.5, 0.5],
+                           rule + "; greedy is temperature 0 exactly"))
     return cases
 
 
@@ -428,6 +437,18 @@ def cases_top_p_keeps_the_token_that_crosses():
     # probabilities 0.644, 0.087, 0.237, 0.032: id 0 alone is short of 0.7, id 2 crosses it
     cases.append(dist_case("id 2 crosses 0.7 and stays", [3.0, 1.0, 2.0, 0.0], params(temperature=1.0, top_p=0.7),
                            spread([0, 2], softmax([3.0, 2.0]), 4), rule))
+    # ten ids of 0.1: numpy.cumsum's eighth sum is 0.7999999999999999, short of 0.8, so the ninth crosses
+    sums = np.cumsum(np.full(10, 0.1))
+    kept = int(np.searchsorted(sums, 0.8, side="left")) + 1
+    cases.append(dist_case(f"ten ids of 0.1, top_p 0.8: the running sum as numpy.cumsum gives it keeps {kept}",
+                           [0.0] * 10, params(temperature=1.0, top_p=0.8), spread(list(range(kept)), 1.0 / kept, 10),
+                           rule + "; spec sampling.md: the sums are plain left-to-right float64 sums (numpy.cumsum), "
+                           "compared with no epsilon"))
+    sums = np.cumsum(np.full(5, 0.2))
+    kept = int(np.searchsorted(sums, 0.8, side="left")) + 1
+    cases.append(dist_case(f"five ids of 0.2, top_p 0.8: the fourth sum reaches it, {kept} kept", [0.0] * 5,
+                           params(temperature=1.0, top_p=0.8), spread(list(range(kept)), 1.0 / kept, 5),
+                           rule + "; the running sum from the top, not the mass left in the tail"))
     return cases
 
 
@@ -497,6 +518,7 @@ def cases_sample_walks_the_running_sum():
     cases += [
         case("an id with no mass is never chosen", "walk(np.array([0.0, 0.5, 0.5]), 0.0)", 1, WALK_RULE),
         case("past the total: the last id with mass", "walk(np.array([0.3, 0.3, 0.3, 0.0]), 0.95)", 2, WALK_RULE),
+        case("the running sum of p as given, not rescaled", "walk(np.array([0.1, 0.1]), 0.15)", 1, WALK_RULE),
     ]
     draw_rule = ("card 2.3 and spec sampling.md 'Draws': sample draws one u = rng.next_f64() (two u32 draws) and "
                  "returns walk(distribution, u)")
@@ -583,7 +605,9 @@ def cases_sampler_rejects_bad_inputs():
            ("empty logits", f"distribution(np.zeros(0, dtype=np.float32), {t1}, [], [])", None),
            ("2-D logits", f"distribution(np.zeros((2, 3), dtype=np.float32), {t1}, [], [])", None),
            ("prompt id 3 of 3", f"apply_penalties({f32([0.0, 1.0, 2.0])}, {params(repetition_penalty=1.2)}, [3], [])", "3"),
-           ("output id -1", f"sample({f32([0.0, 1.0, 2.0])}, {t1}, [], [-1], stream(0))", "-1")]
+           ("output id -1", f"sample({f32([0.0, 1.0, 2.0])}, {t1}, [], [-1], stream(0))", "-1"),
+           ("prompt id 7 with no penalty", f"distribution({f32([0.0, 0.0, 0.0])}, {t1}, [7], [])", "7"),
+           ("NaN logit to argmax", "argmax(np.array([float('nan'), 0.0], dtype=np.float32))", None)]
     cases = [case(label, text, raises("ValueError"), rule, **({"judge": judge_raises_naming(word)} if word else {}))
              for label, text, word in bad]
     masked = "np.array([0.0, -float('inf'), 0.0], dtype=np.float32)"
@@ -749,8 +773,9 @@ def cases_kvpool_fill_and_set_fill():
     block = "pool = KvPool(2, 8); b = pool.allocate()"
     return [case(f"set_fill(b, {n})", f"{block}; pool.set_fill(b, {n}); pool.fill(b)", n, rule) for n in (0, 1, 8, 3)] + [
         case(f"set_fill(b, {n}) is refused", f"{block}; pool.set_fill(b, {n})", raises("PoolError"), rule)
-        for n in (9, -1, True)
-    ] + [case("a refused set_fill changes nothing",
+        for n in (9, -1, True, 1.5)
+    ] + [case("a fill goes down as well as up", f"{block}; pool.set_fill(b, 5); pool.set_fill(b, 2); pool.fill(b)", 2, rule),
+         case("a refused set_fill changes nothing",
               f"{block}; pool.set_fill(b, 3); [refused(lambda: pool.set_fill(b, 9)), refused(lambda: pool.set_fill(b, -1)), "
               "pool.fill(b)]" + REFUSED_NOTE, ["PoolError", "PoolError", 3], rule)]
 
@@ -779,6 +804,16 @@ def cases_kvpool_prefix_index():
              {"register([5, 6], twin)": "first", "is_registered": [True, True, False, False]}, rule),
         case("a partial block is refused", f"{registered}; pool.register([1, 2], partial)", raises("PoolError"), rule),
         case("a ragged prefix is refused", f"{registered}; pool.register([1, 2, 3], twin)", raises("PoolError"), rule),
+        case("an empty prefix is refused", f"{registered}; pool.register([], twin)", raises("PoolError"), rule),
+        case("an indexed block under a second prefix is refused", f"{registered}; pool.register([7, 7], first)",
+             raises("PoolError"), rule + "; a block is indexed under one prefix at most"),
+        case("a free block is refused", f"{registered}; pool.register([7, 7], 5)", raises("PoolError"), rule),
+        case("a bool block id is refused", "pool = KvPool(2, 2); a, b = pool.allocate(), pool.allocate(); "
+             "pool.set_fill(b, 2); pool.register([1, 2], True)", raises("PoolError"), rule),
+        case("a block that does not exist is refused", f"{registered}; pool.register([7, 7], 99)", raises("PoolError"),
+             rule),
+        case("a partial block is refused under an indexed prefix too", f"{registered}; pool.register([5, 6], partial)",
+             raises("PoolError"), rule + "; b must be full whether or not the prefix is indexed"),
     ]
 
 
@@ -820,6 +855,8 @@ def cases_kvpool_exhaustion_raises_pool_error():
         case("KvPool(4, 0) is refused", "KvPool(4, 0)", raises("PoolError"), rule),
         case("KvPool(True, 4) is refused", "KvPool(True, 4)", raises("PoolError"), rule),
         case("KvPool(4, True) is refused", "KvPool(4, True)", raises("PoolError"), rule),
+        case("KvPool(-1, 4) is refused", "KvPool(-1, 4)", raises("PoolError"), rule),
+        case("KvPool(4, 2.5) is refused", "KvPool(4, 2.5)", raises("PoolError"), rule),
     ]
 
 
@@ -843,6 +880,12 @@ def cases_kvpool_double_release_raises_pool_error():
     held = "pool = KvPool(3, 4); a, b = pool.allocate(), pool.allocate()"
     cases += [case(f"{what}(True) while block 1 is in use: True is not a block id", f"{held}; pool.{what}(True)",
                    raises("PoolError"), rule) for what in ("release", "retain", "fill", "refcount")]
+    whole = "pool = KvPool(1, 4); b = pool.allocate()"
+    cases += [case(f"{what}(-1) while block 0, the last, is in use: -1 is not a block id", f"{whole}; pool.{what}(-1)",
+                   raises("PoolError"), rule) for what in ("release", "refcount")]
+    cases.append(case("a refused release(-1) leaves the block in use", f"{whole}; again = refused(lambda: pool.release(-1)); "
+                      "{'release(-1)': again, 'num_free': pool.num_free(), 'refcount': pool.refcount(b)}" + REFUSED_NOTE,
+                      {"release(-1)": "PoolError", "num_free": 0, "refcount": 1}, rule))
     attempts = ", ".join(f"lambda: {text}" for _, text in touches) + ", lambda: pool.release(-1), lambda: pool.release(3)"
     cases.append(case("the pool is whole after every refusal",
                       f"{freed}; refusals = [refused(f) for f in ({attempts})]; "
