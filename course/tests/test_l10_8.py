@@ -717,6 +717,23 @@ def cut_into_a_shared_block():
     return rollback(pool, table, 6)
 
 
+def refused_cut_changes_nothing() -> dict:
+    """Keep 6 of a table with fills 4, 3, 2 whose middle block another sequence also holds: refused,
+    and the table and the pool as they were (the third block not released)."""
+    pool = KvPool(8, 4)
+    table = filled_table(pool, [4, 3, 2])
+    pool.retain(table[1])
+    before = list(table)
+    try:
+        rollback(pool, table, 6)
+        raised = None
+    except Exception as err:  # the answer names what was raised; the case expects SpecError
+        raised = type(err).__name__
+    return {"raised": raised, "table unchanged": table == before, "free": pool.num_free(),
+            "fills": [pool.fill(b) if pool.refcount(b) else "free" for b in before],
+            "refcounts": [pool.refcount(b) for b in before]}
+
+
 def cases_rollback_drops_one_reference_only():
     want = {"keep 4 releases": 1, "kept": True, "refcount after keep 4": 2, "fill after keep 4": 4,
             "keep 0 releases": 1, "refcount after keep 0": 1, "fill after keep 0": 4, "still indexed": True,
@@ -729,7 +746,13 @@ def cases_rollback_drops_one_reference_only():
                  "cut_into_a_shared_block()   # helper of course/tests/test_l10_8.py (ol shell has it)",
                  cut_into_a_shared_block, raises("SpecError"),
                  "card 2.4: the last kept block's fill may only be lowered when this sequence alone holds it; "
-                 "a shared one raises SpecError (its other owner still reads those positions)")]
+                 "a shared one raises SpecError (its other owner still reads those positions)"),
+            Case("a refused cut changes nothing",
+                 "refused_cut_changes_nothing()   # helper of course/tests/test_l10_8.py (ol shell has it)",
+                 refused_cut_changes_nothing,
+                 {"raised": "SpecError", "table unchanged": True, "free": 5, "fills": [4, 3, 2], "refcounts": [1, 2, 1]},
+                 "card 2.4: the shared block is checked before anything is released: a refused cut leaves the "
+                 "table and the pool as they were")]
 
 
 def test_rollback_drops_one_reference_only():

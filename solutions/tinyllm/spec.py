@@ -357,14 +357,16 @@ def rollback(pool: KvPool, table: list[int], keep: int) -> int:
     need = blocks_for(keep, pool.block_tokens)
     dropped = table[need:]
     try:
+        if need:
+            last = table[need - 1]
+            fill = keep - (need - 1) * pool.block_tokens
+            # checked before anything is released: a refused rollback leaves the table and the pool as they were
+            if pool.refcount(last) > 1 and fill < pool.fill(last):
+                raise SpecError(f"keep {keep} would cut into block {last}, shared with another sequence")
         for b in dropped:
             pool.release(b)
         del table[need:]
         if need:
-            last = table[-1]
-            fill = keep - (need - 1) * pool.block_tokens
-            if pool.refcount(last) > 1 and fill < pool.fill(last):
-                raise SpecError(f"keep {keep} would cut into block {last}, shared with another sequence")
             pool.set_fill(last, fill)
     except PoolError as err:
         raise SpecError(f"rollback to {keep}: {err}") from err
