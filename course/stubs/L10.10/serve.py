@@ -572,6 +572,7 @@ class Request:
     overtaken: int = 0        # requests queued after it that were admitted before it (Server._admit)
     index: MatchIndex = field(default_factory=MatchIndex)  # its context's lookups (Server._lookup)
     looked_at: int = -2       # the server's look it was last looked up at (Server._lookup)
+    offered: int = 0          # its prompt's first blocks known indexed (Server._offer_prompt)
 
 
 @dataclass
@@ -936,9 +937,11 @@ class Server:
     def _offer_prompt(self, r: Request) -> None:
         """Index the prompt's full blocks once their K/V is written, for later requests to share."""
         bt = self.pool.block_tokens
-        for i in range(min(r.cached, len(r.prompt)) // bt):
+        written = min(r.cached, len(r.prompt)) // bt
+        for i in range(r.offered, written):  # those before r.offered were indexed at an earlier step
             if not self.pool.is_registered(r.table[i]):
                 self.pool.register(r.prompt[:(i + 1) * bt], r.table[i])
+        r.offered = max(r.offered, written)
 
     def _finish(self, r: Request) -> None:
         """Give back every block (one reference each) and the budget; publish the result."""
