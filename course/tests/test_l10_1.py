@@ -808,6 +808,9 @@ def cases_kvpool_prefix_index():
         case("an indexed block under a second prefix is refused", f"{registered}; pool.register([7, 7], first)",
              raises("PoolError"), rule + "; a block is indexed under one prefix at most"),
         case("a free block is refused", f"{registered}; pool.register([7, 7], 5)", raises("PoolError"), rule),
+        case("set_fill leaves the index as it is", f"{registered}; pool.set_fill(first, 1); "
+             "[name(pool.lookup([5, 6])), pool.is_registered(first), pool.fill(first)]", ["first", True, 1],
+             rule + "; set_fill never touches the index"),
         case("a bool block id is refused", "pool = KvPool(2, 2); a, b = pool.allocate(), pool.allocate(); "
              "pool.set_fill(b, 2); pool.register([1, 2], True)", raises("PoolError"), rule),
         case("a block that does not exist is refused", f"{registered}; pool.register([7, 7], 99)", raises("PoolError"),

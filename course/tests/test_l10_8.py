@@ -625,7 +625,8 @@ def test_sampled_spec_keeps_the_target_distribution():
 # --- 2.4 Rollback --------------------------------------------------------------------------------
 
 ROLLBACK_RULE = ("card 2.4: keep ceil(keep / B) blocks, release each dropped block once, and set the last kept "
-                 "block's fill to the positions it still holds")
+                 "block's fill to the positions it still holds, keep - (need - 1) * B (set, not refused, past its "
+                 "fill inside the table)")
 
 
 def filled_table(pool, fills):
@@ -668,6 +669,8 @@ def cases_rollback_hand_example():
                       {"released": 2, "table": 0, "fills": [], "freed": [True, True], "free": 8}),
         rollback_case("keep 1 of a partial last block", [4, 1], 1,
                       {"released": 1, "table": 1, "fills": [1], "freed": [True], "free": 7}),
+        rollback_case("keep past the last block's fill sets it, inside the table", [4, 2], 7,
+                      {"released": 0, "table": 2, "fills": [4, 3], "freed": [], "free": 6}),
         rollback_case("keep past the table refused", [4], 5, raises("SpecError")),
         call("blocks_for(3, 0) refused", blocks_for, 3, 0, expected=raises("SpecError"),
              rule="card 2.4: blocks_for raises SpecError when block_tokens < 1 or tokens < 0"),
