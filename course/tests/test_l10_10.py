@@ -188,6 +188,11 @@ def cases_hand_example_goodput():
         Case("equal rates: ties go to the earlier request",
              f"adaptive_ks({lanes_text(three)}, {HAND_COST_TEXT})", lambda: adaptive_ks(three, HAND_COST), [15, 1, 13],
              CHOICE_RULE + "; candidates sorted by s descending, then request index, then m"),
+        Case("an exact tie does not pay: s * seconds must exceed tokens * extra",
+             "adaptive_ks([Lane(0, 1, 1, [1.0]), Lane(5, 1, 1, [0.75])], CostTable((1.0,), 1.0))",
+             lambda: adaptive_ks([Lane(0, 1, 1, [1.0]), Lane(5, 1, 1, [0.75])], CostTable((1.0,), 1.0)), [1, 0],
+             CHOICE_RULE + "; after the first slot, tokens 3 and seconds 4: the second's 0.75 * 4 = 3 * 1 ties, "
+             "and a tie is not taken"),
         Case("equal chances at different m: the earlier request first, then m",
              f"adaptive_ks({lanes_text(mixed)}, {HAND_COST_TEXT})", lambda: adaptive_ks(mixed, HAND_COST),
              [8, 0, 0, 0], CHOICE_RULE + "; candidates sorted by s descending, then request index, then m"),
