@@ -115,3 +115,33 @@ def test_half_a_message_to_the_judge_is_bounded_by_the_test_timeout(tmp_path):
     assert ("importing tinyllm/spec.py: the process running the code under test stopped partway through a "
             "message to the judge") in ran.out, ran.out
     assert ran.seconds < 30, f"the check took {ran.seconds:.1f} s"
+
+
+# The reference's rollback, but a refused cut drops the table's last block before it raises.
+CHANGES_THEN_RAISES = '''
+
+_reference_rollback = rollback
+
+
+def rollback(pool, table, keep):
+    try:
+        return _reference_rollback(pool, table, keep)
+    except SpecError:
+        table.pop()
+        raise
+'''
+
+
+def test_what_a_call_changed_before_it_raised_stays_changed(tmp_path):
+    """As in process, a list the learner's call changed and then raised over comes back changed:
+    isolated, a refused cut that dropped a block first passed the test that it changes nothing."""
+    ws = tmp_path / "ws"
+    for started in ("L10.1", "L10.8"):
+        assert ol("start", started, "--workspace", str(ws)).code == 0
+    put_reference(ws, "pcg32.py", "sampling.py", "kvpool.py", "spec.py")
+    spec = ws / "tinyllm" / "spec.py"
+    spec.write_text(spec.read_text() + CHANGES_THEN_RAISES)
+    for isolated in ([], ["--isolate"]):
+        ran = ol("check", "L10.8", *isolated, "-k", "rollback_drops_one_reference_only", workspace=ws, limit=300)
+        assert ran.code == 1, ran.text
+        assert "they part at table unchanged: expected True, yours False" in ran.out, ran.out

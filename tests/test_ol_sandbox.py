@@ -354,9 +354,14 @@ def test_a_busy_machine_does_not_fail_correct_code(tmp_path):
     assert [r["score"] for r in rows] == ["20", "20"], (rows, ran.out)
 
 
+SUITE_PROMPTS = [[1, 2, 3]]  # module-level data of a test file, as a graded suite's prompts are
+NO_NAMED = {"$d": []}  # a call's named arguments, none, as the learner's side encodes a dict
+
+
 def test_the_judge_changes_no_object_of_its_own_for_the_learner():
-    """The judge's side of the protocol: only a judge object's class methods are reachable, no
-    attribute can be set, and a reply's state is copied only into objects sent by value."""
+    """The judge's side of the protocol: only a judge object's class methods are reachable (not what
+    a wrapper's ``__getattr__`` hands on), no attribute can be set, and a reply's state is copied
+    only into objects sent by value, never into the suite's module-level data."""
 
     class Fake:
         def __init__(self) -> None:
@@ -370,14 +375,37 @@ def test_the_judge_changes_no_object_of_its_own_for_the_learner():
     service = judge.JudgeService()
     refused = [judge.pickle.loads(service.exposed_callback(number, op, json.dumps(args)))
                for op, args in (("getattr", ["fed_positions"]), ("setattr", ["fed_positions", []]),
-                                ("call", ["__init__", [], {}]), ("call", ["fed_positions", [], {}]))]
+                                ("call", ["__init__", [], NO_NAMED]), ("call", ["fed_positions", [], NO_NAMED]))]
     assert all(reply[0] == "raise" for reply in refused), refused
+    assert [reply[2] for reply in refused[2:]] == ["AttributeError"] * 2, refused
     assert judge.pickle.loads(service.exposed_callback(number, "getattr", json.dumps(["cached"]))) == ("method", True)
     judge._copy_back(fake, {"$state": {"$d": [["fed_positions", []]]}})
     assert fake.fed_positions == [1, 2, 3]
     sent = [1, 2]
     judge._copy_back(sent, [3])
     assert sent == [3]
+    judge._copy_back(SUITE_PROMPTS[0], [9, 9])
+    assert SUITE_PROMPTS == [[1, 2, 3]]
+
+    class Saves:
+        def save(self, path) -> None:
+            raise AssertionError(f"the learner's side reached save({path!r}) through a wrapper")
+
+    class Wrapper:  # a suite's model wrapper: what it does not define, it hands on
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def forward(self) -> int:
+            return 1
+
+        def __getattr__(self, name: str):
+            return getattr(self.inner, name)
+
+    wrapped = judge.JUDGE_OBJECTS.number(Wrapper(Saves()))
+    replies = [judge.pickle.loads(service.exposed_callback(wrapped, op, json.dumps(args)))
+               for op, args in (("getattr", ["save"]), ("call", ["save", ["/tmp/x"], NO_NAMED]), ("call", ["forward", [], NO_NAMED]))]
+    assert [reply[:3] for reply in replies[:2]] == [("raise", "builtins", "AttributeError")] * 2, replies
+    assert replies[2] == ("ok", 1), replies
     # An object of the learner's would answer its own length and items: not copied into the judge's list.
     handle = object.__new__(judge.Handle)
     assert not judge._plain([handle]) and judge._plain([1, (2.0, "x"), {"k": None}])

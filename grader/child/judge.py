@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 import io
 import json
 import os
@@ -400,10 +401,10 @@ def invoke(op: str, spec: tuple, args=(), kwargs=None):
     args, kwargs = list(args), dict(kwargs or {})
     payload = _dumps((op, spec, args, kwargs))
     data = _reply("invoke", payload, function=_function_of(op, spec))
+    for key, state in data.get("after") or []:  # a call that raised may have changed its arguments first
+        _copy_back(args[key] if type(key) is int and 0 <= key < len(args) else kwargs.get(key), state)
     if "raise" in data:
         raise _exception(data["raise"])
-    for key, state in data.get("after") or []:
-        _copy_back(args[key] if type(key) is int and 0 <= key < len(args) else kwargs.get(key), state)
     return decode(data.get("ok"))
 
 
@@ -722,6 +723,8 @@ def _copy_back(target, state) -> None:
     if target is None or isinstance(target, (Handle, MirrorObject)) or not _by_value(target):
         return     # it lives in the learner's process (a handle), is a copy the learner never changes, or
         #            it is the judge's own object, which the learner's code may only call
+    if id(target) in _suite_data():
+        return     # the suite's own prompts and tables: later tests build their cases from them
     if type(state) is dict and "$state" in state:
         new = decode(state["$state"])
         # The same attributes, holding data: nothing whose use would ask the learner's process again.
@@ -740,6 +743,43 @@ def _copy_back(target, state) -> None:
     elif isinstance(target, np.ndarray) and isinstance(new, np.ndarray) and new.shape == target.shape \
             and target.flags.writeable:
         target[...] = new
+
+
+_SUITE: dict = {}  # the suite's modules, and the data they held when _suite_data last looked
+
+
+def _suite_data() -> dict[int, object]:
+    """The ids of the data the suite's modules hold at module level, and of the lists, dicts and
+    arrays inside it (the test files and their helpers, found by their folder). A learner's call
+    that changed one (a prompt changed in place) changes its own copy only: copied back into the
+    suite's, it would change the cases every later test builds from it. Looked at again whenever
+    a module-level name is bound anew or a module-level list or dict grows (a fixture cache
+    filled at a test's first use)."""
+    if "modules" not in _SUITE:
+        folders = {Path(m.__file__).parent for name, m in list(sys.modules.items())
+                   if name.rsplit(".", 1)[-1].startswith("test_") and getattr(m, "__file__", None)}
+        _SUITE["modules"] = [m for m in list(sys.modules.values())
+                             if getattr(m, "__file__", None) and Path(m.__file__).parent in folders]
+    values = [v for module in _SUITE["modules"] for v in list(vars(module).values())]
+    key = tuple((id(v), len(v) if isinstance(v, (list, dict)) else 0) for v in values)
+    if _SUITE.get("key") != key:
+        found: dict[int, object] = {}  # the objects too: none is freed while its id is listed, so no new one takes it
+        for value in values:
+            _collect_data(value, found, 0)
+        _SUITE["key"], _SUITE["data"] = key, found
+    return _SUITE["data"]
+
+
+def _collect_data(value, found: dict[int, object], depth: int) -> None:
+    if depth > 3 or isinstance(value, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)):
+        return
+    found[id(value)] = value
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _collect_data(item, found, depth + 1)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect_data(item, found, depth + 1)
 
 
 def _plain(value, depth: int = 0) -> bool:
@@ -835,8 +875,13 @@ def _getattr(target, args: list) -> tuple:
 
 
 def _method(target, name) -> str:
-    """``name`` when it is a public method of ``target`` (its class's, or one the suite set on it)."""
-    value = getattr(target, _public(name), None)
+    """``name`` when it is a public method of ``target`` (its class's, or one the suite set on it),
+    looked up without running any code of the object's: a wrapper whose ``__getattr__`` hands on
+    whatever it wraps (a model's ``save``, which writes a file where the judge runs) offers only
+    what its class defines."""
+    value = inspect.getattr_static(target, _public(name), None)
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
     if not callable(value) or isinstance(value, type) or type(value).__name__ == "module":
         raise AttributeError(f"{name!r} is not for the code under test")
     return name

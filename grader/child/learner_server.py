@@ -426,10 +426,23 @@ class LearnerService(rpyc.Service):
             if op == "map":
                 return json.dumps(_map(spec, args))
             before = _before(args, kwargs) if op == "call" else {}
+        except BaseException as err:
+            return json.dumps({"raise": _raised(err)})
+        try:
             result = _invoke(op, spec, args, kwargs)
             return json.dumps({"ok": encode(result), "after": _after(args, kwargs, before)})
         except BaseException as err:  # the learner's code raising is an answer like any other
-            return json.dumps({"raise": _raised(err)})
+            # what it changed before it raised stays changed, as it does in process
+            return json.dumps({"raise": _raised(err), "after": _after_anyway(args, kwargs, before)})
+
+
+def _after_anyway(args: list, kwargs: dict, before: dict) -> list:
+    """:func:`_after` for a call that raised: an argument left in a state that cannot be sent is
+    not sent (the raise is the answer)."""
+    try:
+        return _after(args, kwargs, before)
+    except Exception:
+        return []
 
 
 def _raised(err: BaseException) -> list:
