@@ -815,7 +815,7 @@ def conserved_request(request, prompt, cfg, max_new):
     rounds = target.rounds
     target.release()
     return {"rounds": rounds, "target_calls": g.stats.target_calls, "leaked": NUM_BLOCKS - pool.num_free(),
-            "rejected": g.stats.drafted - g.stats.accepted}
+            "rejected": g.stats.drafted - g.stats.accepted, "emitted": len(g.tokens), "max_new": max_new}
 
 
 def cases_blocks_conserved_across_rollbacks():
@@ -841,6 +841,9 @@ def judge_conserved(got, _expected) -> str | None:
         return ""
     if got["leaked"]:
         return f"{got['leaked']} blocks still in use after the request released its table: leaked"
+    if got["emitted"] != got["max_new"]:
+        return (f"{got['emitted']} tokens emitted for max_new {got['max_new']}: with no EOS and no listener, "
+                "a request emits max_new")
     if got["rounds"] != got["target_calls"]:
         return f"{got['rounds']} truncates for {got['target_calls']} target passes: one per round"
     return None

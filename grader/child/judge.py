@@ -55,6 +55,7 @@ from grader.core.protocol import (CHECK_CPU_ENV, IMPL_ENV, LEARNER_IMPL_ENV, LEA
 from grader.core.sandbox import Sandbox, hide_memory, tree_cpu_seconds
 
 MAX_DEPTH = 200
+MAX_DATA_DEPTH = 8    # the suite's module-level data: a golden case's prompt sits at 4 (_golden[file][section][i]["prompt"])
 MAX_FRAME = 1 << 28   # bytes: no message of ol's comes near it; a frame read as longer is not one
 
 
@@ -771,7 +772,8 @@ def _suite_data() -> dict[int, object]:
 
 
 def _collect_data(value, found: dict[int, object], depth: int) -> None:
-    if depth > 3 or isinstance(value, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)):
+    if (depth > MAX_DATA_DEPTH or id(value) in found
+            or isinstance(value, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType))):
         return
     found[id(value)] = value
     if isinstance(value, (list, tuple)):
