@@ -379,9 +379,17 @@ def cases_verify_rejects_bad_shapes():
     }
     rule = ("card 2.2: a malformed round raises SpecError naming the bad value; each draft distribution is "
             "V non-negative numbers summing to 1 within 1e-6")
-    return [verify_case(f"{what} ({'greedy' if prm is GREEDY else 'sampled'})", rows, draft, probs, prm, [0], [],
-                        1, raises("SpecError"), rule)
-            for what, (rows, draft, probs) in bad.items() for prm in (GREEDY, SamplingParams(temperature=1.0))]
+    refused = [verify_case(f"{what} ({'greedy' if prm is GREEDY else 'sampled'})", rows, draft, probs, prm, [0], [],
+                           1, raises("SpecError"), rule)
+               for what, (rows, draft, probs) in bad.items() for prm in (GREEDY, SamplingParams(temperature=1.0))]
+    # Well-formed rounds beside them, answered: a verifier that refuses everything refuses these too.
+    # Greedy on uniform rows: the argmax is id 0, so draft token 1 is rejected at once; no draws.
+    answered = {"tokens": [0], "n_accepted": 0, "logprobs": [-math.log(4)], "next_u32": stream(1).next_u32()}
+    within = [q, np.array([0.25, 0.25, 0.25, 0.25 + 5e-7])]
+    return refused + [
+        verify_case("a well-formed round (greedy): answered", rows3, [1, 2], None, GREEDY, [0], [], 1, answered, rule),
+        verify_case("a draft distribution summing to 1 + 5e-7, within 1e-6 (greedy): answered", rows3, [1, 2], within,
+                    GREEDY, [0], [], 1, answered, rule)]
 
 
 def test_verify_rejects_bad_shapes():
