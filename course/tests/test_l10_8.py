@@ -15,7 +15,7 @@ import numpy as np
 
 from graded import load_fixture
 from fakes import CycleTarget, TableTarget
-from grader.cases import Case, chi2_quantile, call, check, each, raises
+from grader.cases import Case, chi2_quantile, call, check, each, plain, raises
 from tinyllm.kvpool import KvPool
 from tinyllm.sampling import SamplingParams, sample, stream
 from tinyllm.spec import (Draft, SpecConfig, blocks_for, dense_distribution, generate, generate_stream,
@@ -153,7 +153,13 @@ def cases_config_parses_runtime_values():
     def parsed(label, draft, k, want):
         return call(label, parse, draft, k, expected=want, rule=rule, name="SpecConfig.parse")
 
-    good = [parsed(f"{d} k={k}", d, k, {"draft": d, "k": k, "max_ngram": 3, "min_ngram": 1})
+    def typed(draft, k):
+        # its fields alone would let a plain dict with the same keys pass
+        config = parse(draft, k)
+        return {"class": type(config).__name__, **plain(config)}
+
+    good = [call(f"{d} k={k}", typed, d, k, name="SpecConfig.parse",
+                 expected={"class": "SpecConfig", "draft": d, "k": k, "max_ngram": 3, "min_ngram": 1}, rule=rule)
             for d, k in (("none", 4), ("ngram", 1), ("prompt_lookup", 16))]
     bad = [parsed(f"refuse {d!r} k={k!r}", d, k, raises("SpecError"))
            for d, k in (("prompt_lookup", 0), ("ngram", 17), ("none", -1), ("prompt-lookup", 4),
