@@ -403,6 +403,16 @@ def cases_temperature_scales_before_filters():
                            softmax(np.array(x) / 2).tolist(), rule))
     cases.append(dist_case("a tiny temperature is not greedy", [1.0, 1.0], params(temperature=1e-6), [0.5, 0.5],
                            rule + "; greedy is temperature 0 exactly"))
+    untouched = ("card 2.2: distribution returns a new array, and it and sample leave the logits, prompt and output "
+                 "they are given as they were")
+    for dtype in ("np.float32", "np.float64"):
+        for knobs in (params(temperature=0.5), params(temperature=0.5, repetition_penalty=2.0, top_k=2)):
+            text = (f"logits = np.array({x!r}, dtype={dtype}); prompt, output = [0, 1], [2]; "
+                    f"distribution(logits, {knobs}, prompt, output); "
+                    f"sample(logits, {knobs}, prompt, output, stream(1)); "
+                    "{'logits': logits.tolist(), 'prompt': prompt, 'output': output}")
+            cases.append(case(f"{dtype[3:]} logits, {knobs}: the arguments as given", text,
+                              {"logits": x, "prompt": [0, 1], "output": [2]}, untouched))
     return cases
 
 
