@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from ol_helpers import ol, put_reference
+from ol_helpers import edit, ol, put_reference
 
 LOOP = "\n\ndef prompt_lookup(*args, **kwargs):\n    while True:\n        pass\n"
 SELECTED = "prompt_lookup or ngram_draft_hand_example or hand_example_greedy_verify"
@@ -145,3 +145,16 @@ def test_what_a_call_changed_before_it_raised_stays_changed(tmp_path):
         ran = ol("check", "L10.8", *isolated, "-k", "rollback_drops_one_reference_only", workspace=ws, limit=300)
         assert ran.code == 1, ran.text
         assert "they part at table unchanged: expected True, yours False" in ran.out, ran.out
+
+
+def test_a_write_into_a_learner_objects_array_is_made_in_that_object(tmp_path):
+    """As in process, ``pool.k[1, 2, 3] = 1.0`` writes into the learner's pool: isolated, the judge
+    wrote into its copy alone, and a pool whose ``k`` and ``v`` were one array passed."""
+    ws = tmp_path / "ws"
+    assert ol("start", "L10.1", "--workspace", str(ws)).code == 0
+    put_reference(ws, "pcg32.py", "sampling.py", "kvpool.py")
+    edit(ws / "tinyllm" / "kvpool.py", "self.v = np.zeros(shape, dtype=np.float32)", "self.v = self.k")
+    for isolated in ([], ["--isolate"]):
+        ran = ol("check", "L10.1", *isolated, "-k", "kvpool_kv_storage", workspace=ws, limit=300)
+        assert ran.code == 1, ran.text
+        assert "kvpool_kv_storage  case 'writing k leaves v zero': 2 of 3 cases fail" in ran.out, ran.out

@@ -920,6 +920,10 @@ def cases_kvpool_kv_storage():
              f"{pool}; {{name: [list(a.shape), str(a.dtype), bool(a.any())] for name, a in (('k', pool.k), ('v', pool.v))}}",
              {"k": [[2, 3, 4, 2, 8], "float32", False], "v": [[2, 3, 4, 2, 8], "float32", False]}, rule),
         case("writing k leaves v zero", f"{pool}; pool.k[1, 2, 3] = 1.0; bool(pool.v.any())", False, rule),
+        case("what is written stays, each array its own",
+             f"{pool}; pool.k[1, 2, 3] = 1.0; pool.v[0, 1, 2] = -2.0; "
+             "{'k': float(pool.k.sum()), 'v': float(pool.v.sum())}", {"k": 16.0, "v": -32.0},
+             rule + ", which keep what is written into them"),
     ]
 
 

@@ -542,7 +542,11 @@ class Handle:
     def __getattr__(self, name: str):
         if name.startswith("__") or name.startswith("_ol_"):
             raise AttributeError(name)
-        return invoke("getattr", self._ol_spec(), [name])
+        value = invoke("getattr", self._ol_spec(), [name])
+        if type(value) is np.ndarray:
+            value = value.view(AttributeArray)
+            value._ol_owner = (self, name)
+        return value
 
     def _ol_spec(self) -> tuple:
         if self._ol_generation != _session().generation:
@@ -573,6 +577,39 @@ class Handle:
 
     def __reduce__(self):
         return kept, (self._ol_number,)
+
+
+class AttributeArray(np.ndarray):
+    """An array attribute of an object in the learner's process, as read from there: a write into it by
+    index (``pool.k[1, 2, 3] = 1.0``) is made there too, as it would be in process, so a pool whose
+    ``k`` and ``v`` are one array, or whose storage forgets a write, shows it when read again. A view
+    of it or a result computed from it is the judge's alone."""
+
+    _ol_owner: tuple[Handle, str] | None = None
+
+    def __array_finalize__(self, obj) -> None:
+        self._ol_owner = None
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        if self._ol_owner is not None:
+            owner, name = self._ol_owner
+            invoke("setitem", owner._ol_spec(), [name, _plain_arrays(key), _plain_arrays(value)])
+
+    def __repr__(self) -> str:
+        return repr(self.view(np.ndarray))
+
+    def __reduce__(self):
+        return self.view(np.ndarray).__reduce__()     # sent to the learner's process as numpy's own
+
+
+def _plain_arrays(value):
+    """``value`` with its arrays as numpy's own class, which the learner's process can rebuild."""
+    if isinstance(value, np.ndarray):
+        return np.array(value.view(np.ndarray))
+    if type(value) is tuple:
+        return tuple(_plain_arrays(v) for v in value)
+    return value
 
 
 def _int(value) -> int:

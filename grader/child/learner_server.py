@@ -335,6 +335,9 @@ def _invoke(op: str, spec, args: list, kwargs: dict):
         return list(target)
     if op == "getitem":
         return target[args[0]]
+    if op == "setitem":     # the judge wrote into an array attribute it read: ``pool.k[1, 2, 3] = 1.0``
+        getattr(target, args[0])[args[1]] = args[2]
+        return None
     if op == "contains":
         return args[0] in target
     if op == "bool":
