@@ -1,12 +1,12 @@
 """Every learner bug in ``tests/learner_bugs/`` fails its graded suite, and no hint blames a pitfall.
 
 Each ``bNN_*.patch`` there is a mistake learners make when they write ``sampling.py`` (L10.1),
-``spec.py`` (L10.8), ``trees.py`` (L10.9) or ``serve.py`` (L10.10) from the card (the folder's README says what the
-learner did and which rule of the card it breaks); none is one of the named pitfalls. The patch
-is applied to the reference file in a fresh workspace and ``ol check`` runs as a learner would, on
-the whole suite and then with ``-k`` each failed test that alone could name a pitfall: the check
-must fail, and since no named pitfall gives the same answers, no hint may name one; on the whole
-suite ol must say it is not a named pitfall.
+``spec.py`` (L10.8), ``trees.py`` (L10.9) or ``serve.py`` (L10.10) from the card (the folder's
+README says what the learner did and which rule of the card it breaks); none is one of the named
+pitfalls. The patch is applied to the reference file in a fresh workspace and ``ol check`` runs as
+a learner would, on the whole suite and then with ``-k`` each failed test that alone could name a
+pitfall: the check must fail, and since no named pitfall gives the same answers, no hint may name
+one; on the whole suite ol must say it is not a named pitfall.
 
 A test run alone is diagnosed from its own cases, as on the whole suite, so a pitfall hinted with
 ``-k`` must be in that test's ``alone`` list of the whole run's JSON (``grader/README.md``): ``-k``
@@ -27,7 +27,8 @@ from test_ol_diagnosis import MODULES, check_as_learner, hints, learner_workspac
 BUGS_DIR = ROOT / "tests" / "learner_bugs"
 STATISTICAL = {(mid, t["name"]) for mid, m in MODULES.items() for t in m["test"] if t["kind"] == "statistical"}
 BUGS = sorted(BUGS_DIR.glob("b*.patch"))
-MODULE_OF_FILE = {"pcg32.py": "L10.1", "sampling.py": "L10.1", "kvpool.py": "L10.1", "spec.py": "L10.8", "trees.py": "L10.9", "serve.py": "L10.10"}
+MODULE_OF_FILE = {"pcg32.py": "L10.1", "sampling.py": "L10.1", "kvpool.py": "L10.1",
+                  "spec.py": "L10.8", "trees.py": "L10.9", "serve.py": "L10.10"}
 LEAST_PER_MODULE = {"L10.8": 15, "L10.9": 15, "L10.10": 10}
 
 
