@@ -465,7 +465,7 @@ def _map(spec, calls: list) -> dict:
         try:
             results.append(encode(_invoke("call", spec, args, kwargs)))
         except BaseException as err:
-            after.append([i, _after(args, kwargs, before)])
+            after.append([i, _after_anyway(args, kwargs, before)])
             return {"raise": _raised(err), "after": after}
         after.append([i, _after(args, kwargs, before)])
     return {"ok": results, "after": after}
