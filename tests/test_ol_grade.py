@@ -191,3 +191,60 @@ def _prompt_lookup_source() -> str:
     start = text.index("def prompt_lookup(")
     end = text.index("\ndef ", start + 1)
     return text[start:end]
+
+
+def replaying_pcg32() -> str:
+    """A PCG32 that never steps: the public fixture's PCG32 streams (and the published vector)
+    replayed from a table, a counter everywhere else (after a red team's submission, which also
+    tabled the streams of the sampler's recorded cases)."""
+    golden = json.loads((ROOT / "fixtures" / "L10.1" / "sampler_golden.json").read_text())["pcg32"]
+    def as_u32s(f: float) -> list[int]:  # two u32 draws next_f64 turns into f
+        n = int(f * 2**53)
+        return [(n >> 26) << 5, (n & (2**26 - 1)) << 6]
+
+    table = {(c["seed"], c["stream"]): c["u32"] + [u for f in c["f64"] for u in as_u32s(f)] for c in golden}
+    reference = (REFERENCE / "pcg32.py").read_text()
+    table.setdefault((42, 54), [0xA15C02B7, 0x7B47F409, 0xBA1D3330, 0x83D2F293, 0xBFA4784B, 0xCBED606E])
+    return (reference.split("class Pcg32")[0] + f"TABLE = {table!r}\n\n\nclass Pcg32:\n"
+            "    def __init__(self, seed, stream=54):\n"
+            "        for value in (seed, stream):\n"
+            "            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MASK64:\n"
+            "                raise ValueError(f'bad seed or stream {value!r}')\n"
+            "        self.replay, self.state = list(TABLE.get((seed, stream), [])), seed ^ stream\n\n"
+            "    def next_u32(self):\n"
+            "        if self.replay:\n"
+            "            return self.replay.pop(0)\n"
+            "        self.state = (self.state + 2654435761) & MASK64\n"
+            "        return self.state & MASK32\n\n"
+            "    def next_f64(self):\n"
+            "        return ((self.next_u32() >> 5) * 2**26 + (self.next_u32() >> 6)) / 2**53\n")
+
+
+def test_a_replay_of_the_public_fixtures_fails_the_streams_a_grading_draws(tmp_path):
+    """Every stream the graded tests fix is public, so a table of them passes ``ol check``; ``ol grade``
+    also draws streams when it runs, from a seed it prints and records, and the table fails those."""
+    workspace = tmp_path / "ws"
+    package = workspace / "tinyllm"
+    package.mkdir(parents=True)
+    for name in ("sampling.py", "kvpool.py"):
+        shutil.copyfile(REFERENCE / name, package / name)
+    (package / "pcg32.py").write_text(replaying_pcg32())
+    checked = ol("check", "L10.1", "-k", "pcg32_matches_golden_streams", workspace=workspace)
+    assert checked.code == 0, checked.text
+
+    graded = {}
+    for run, seed in (("first", "12345"), ("again", "12345")):
+        out = tmp_path / run
+        ran = ol("grade", "L10.1", str(workspace), "--seed", seed, "--out", str(out), limit=300)
+        assert ran.code == 0, ran.text
+        assert f"seed {seed} (--seed {seed} grades the same again)" in ran.out
+        results = json.loads(next(out.glob("001-*.json")).read_text())
+        graded[run] = results
+        assert results["drawn_seed"] == int(seed)
+        failed = {t["name"]: t["message"] for t in results["tests"] if t["status"] != "pass"}
+        assert "pcg32_matches_golden_streams" in failed, failed
+        assert "(drawn when graded)" in failed["pcg32_matches_golden_streams"]
+    verdicts = {run: [(t["name"], t["status"], t["message"]) for t in r["tests"]] for run, r in graded.items()}
+    assert verdicts["first"] == verdicts["again"]
+    refused = ol("grade", "L10.1", str(workspace), "--seed", "-1", "--out", str(tmp_path / "bad"))
+    assert refused.code == 2 and "--seed must be an integer in [0, 2**63), got -1" in refused.err, refused.text

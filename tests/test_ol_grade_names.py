@@ -166,7 +166,7 @@ def test_platform_results_survive_bytes_that_are_not_utf8(tmp_path, monkeypatch)
     message = "the suite could not be imported: bad \udcff bytes"
     results = {"version": 3, "status": "error", "message": message, "tests": [], "score": 0.0,
                "max_score": 20.0, "hint": ""}
-    monkeypatch.setattr(platform, "grade_in_worker", lambda *args: Graded("submission", results, 1.0))
+    monkeypatch.setattr(platform, "grade_in_worker", lambda *args, **named: Graded("submission", results, 1.0))
     monkeypatch.setattr(platform, "claim", lambda **_: sandbox.Sandbox())
     config = tmp_path / "ol-export.json"
     config.write_text(json.dumps({"module": "L10.8", "timeout": None, "limit": 20.0, "hints": False}))

@@ -28,7 +28,7 @@ from grader.core.protocol import WALL_FACTOR
 from grader.core.sandbox import Sandbox, claim
 from grader.core.text import number, printable, readable_json
 from grader.layout.catalog import Catalog, Module, check_fixtures, load_catalog
-from grader.running.grading import DEFAULT_LIMIT, Graded, grade_in_worker, stop_workers
+from grader.running.grading import DEFAULT_LIMIT, Graded, draw_seed, grade_in_worker, stop_workers
 from grader.running.run import run_limit
 
 CSV_HEADER = ["submission", "score", "max_score", "status", "failed_tests", "hint"]
@@ -49,10 +49,12 @@ JSON_NAME_LIMIT = 60
 
 
 def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None = None,
-          timeout: float | None = None, limit: float | None = None, unsandboxed: bool = False) -> int:
+          timeout: float | None = None, limit: float | None = None, unsandboxed: bool = False,
+          seed: int | None = None) -> int:
     """Grade every submission; 0 when each was graded (whatever its score), 3 when ol itself failed on
     one. Learner code runs in bubblewrap (:mod:`grader.core.sandbox`); without it ol refuses, unless
-    ``unsandboxed``, which each submission's results record."""
+    ``unsandboxed``, which each submission's results record. ``seed``: the seed of the cases the
+    grading draws (default: a fresh one), printed and written in each submission's JSON."""
     catalog = load_catalog()
     module = catalog.get(module_id)
     check_fixtures(module)
@@ -61,6 +63,8 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     for value, flag in ((timeout, "--timeout"), (limit, "--limit")):
         if value is not None and not value > 0:
             raise UsageError(f"{flag} must be a positive number of seconds, got {value:g}")
+    if seed is not None and not 0 <= seed < 2**63:
+        raise UsageError(f"--seed must be an integer in [0, 2**63), got {seed}")
     paths = _submissions(submissions)
     out_dir = Path(out or "grades")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -71,7 +75,9 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
         print("Grading UNSANDBOXED (--unsandboxed): learner code can read and reach what ol can; "
               "each submission's results say so.", flush=True)
     started = time.monotonic()
-    bounds = Bounds(limit, {}) if limit and timeout else calibrate(catalog, module, box, timeout)
+    seed = draw_seed() if seed is None else seed
+    print(f"Cases drawn for this grading: seed {seed} (--seed {seed} grades the same again).", flush=True)
+    bounds = Bounds(limit, {}) if limit and timeout else calibrate(catalog, module, box, timeout, seed)
     limit = limit or bounds.limit
     progress = _Progress(len(paths))
     stopping = threading.Event()
@@ -79,9 +85,10 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     def one(item: tuple[Path, str, str]) -> Graded:
         path, name, file = item
         progress.begin()
-        graded = grade_in_worker(module.id, path, name, box, timeout, limit, tests=bounds.tests)
+        graded = grade_in_worker(module.id, path, name, box, timeout, limit, tests=bounds.tests, seed=seed)
         if stopping.is_set():
             raise KeyboardInterrupt
+        graded.results["drawn_seed"] = seed
         (out_dir / file).write_text(json.dumps(readable_json(graded.results), indent=2) + "\n")
         progress.done(graded)
         return graded
@@ -113,7 +120,7 @@ class Bounds:
     tests: dict[str, float]      # seconds for each test (empty: --timeout or the catalog's, for every test)
 
 
-def calibrate(catalog: Catalog, module: Module, box: Sandbox, timeout: float | None) -> Bounds:
+def calibrate(catalog: Catalog, module: Module, box: Sandbox, timeout: float | None, seed: int | None = None) -> Bounds:
     """Grade the reference first: this machine must pass it, and its times set each submission's
     bounds (the whole check: ``CALIBRATION_FACTOR`` times it, within ``MIN_LIMIT``..``DEFAULT_LIMIT``
     s; each test: :func:`per_test_timeouts`, unless ``timeout`` is given). Bounds are CPU seconds of
@@ -126,7 +133,7 @@ def calibrate(catalog: Catalog, module: Module, box: Sandbox, timeout: float | N
         for name in module.learner_files:
             shutil.copyfile(catalog.reference / "tinyllm" / name, package / name)
         bound = run_limit(module, timeout or module.timeout)
-        graded = grade_in_worker(module.id, package.parent, "reference", box, timeout, bound, hints=False)
+        graded = grade_in_worker(module.id, package.parent, "reference", box, timeout, bound, hints=False, seed=seed)
     if graded.results.get("status") != "pass":
         failed = [t["name"] for t in graded.results.get("tests", []) if t.get("status") != "pass"]
         why = graded.results.get("message") or f"{', '.join(failed[:3])} failed"

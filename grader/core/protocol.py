@@ -30,6 +30,10 @@ LEARNER_SERVER = "ol_learner_server.py"     # grader/child/learner_server.py, co
 
 # --- between ol and its grading processes ----------------------------------------------------------
 SUBMISSION_ENV = "OL_SUBMISSION"        # the submission a grading process grades (never on a command line)
+# The seed of the cases a grading draws when it runs (course/tests/graded.py, drawn): no submission
+# can know them ahead, so none can pass a test by replaying the public fixtures. ol grade and the
+# platform exports set it; the learner's process never sees it (grader.child.judge.learner_env).
+DRAWN_SEED_ENV = "OL_DRAWN_SEED"
 
 # --- set by the person running ol --------------------------------------------------------------------
 WORKSPACE_ENV = "OL_WORKSPACE"                # the folder holding the learner's tinyllm/

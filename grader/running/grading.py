@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.core.paths import REPO
-from grader.core.protocol import SUBMISSION_ENV, TEST_TIMEOUTS_ENV, check_wall
+from grader.core.protocol import DRAWN_SEED_ENV, SUBMISSION_ENV, TEST_TIMEOUTS_ENV, check_wall
 from grader.core.sandbox import Cgroup, Sandbox, cgroup_name
 from grader.core.text import cell, number
 from grader.running.run import STARTUP_ALLOWANCE
@@ -26,6 +27,12 @@ from grader.running.run import STARTUP_ALLOWANCE
 DEFAULT_LIMIT = 60.0
 # Beyond the check: assembling, the diagnosis of failed tests, writing the results.
 WORKER_MARGIN = 120.0
+
+
+def draw_seed() -> int:
+    """A fresh seed for the cases a grading draws: from the system's entropy, so no submission can
+    know it ahead; the grading prints it, and the same seed grades the same again."""
+    return secrets.randbits(63)
 
 
 @dataclass
@@ -44,8 +51,11 @@ class Graded:
 
 
 def grade_in_worker(module_id: str, path: Path, name: str, box: Sandbox, timeout: float | None,
-                    limit: float, hints: bool = True, tests: dict[str, float] | None = None) -> Graded:
-    """One submission graded by ``python -m grader.verdict.submission`` in the sandbox ``box``, bounded from here too."""
+                    limit: float, hints: bool = True, tests: dict[str, float] | None = None,
+                    seed: int | None = None) -> Graded:
+    """One submission graded by ``python -m grader.verdict.submission`` in the sandbox ``box``, bounded from here too.
+    ``seed``: the seed of the cases the grading draws (:func:`draw_seed`), which the judge reads and the
+    learner's process never sees."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ol-grade-out-") as tmp:
         out = Path(tmp) / "results.json"
@@ -61,6 +71,9 @@ def grade_in_worker(module_id: str, path: Path, name: str, box: Sandbox, timeout
                SUBMISSION_ENV: str(path.resolve())}
         if tests:
             env[TEST_TIMEOUTS_ENV] = json.dumps(tests)
+        env.pop(DRAWN_SEED_ENV, None)
+        if seed is not None:
+            env[DRAWN_SEED_ENV] = str(seed)
         child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, start_new_session=True)
         _WORKERS.add(child)

@@ -23,6 +23,7 @@ import ast
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -38,7 +39,7 @@ from grader.cases import alike, answer_text, clip, graded_alike, telling
 from grader.child.case_worker import STUB
 from grader.core.patch import apply_patch
 from grader.core.paths import REPO, cache_dir
-from grader.core.protocol import kernel_env
+from grader.core.protocol import DRAWN_SEED_ENV, kernel_env
 from grader.layout.catalog import Catalog, Module, Pitfall
 
 WORKER_STARTUP = 15.0
@@ -342,6 +343,7 @@ class AnswerStore:
         self.root = cache_dir() / module.id
         self.reference_key = _tree_digest(catalog.reference / "tinyllm")
         self.suite_key = _suite_digest(module)
+        self.drawing = drawing_tests(module)
 
     def answers(self, pitfall: Pitfall | None, tests: list[str], timeout: float) -> dict:
         """One package's answers to ``tests`` (a mutant's need the reference's first)."""
@@ -392,10 +394,16 @@ class AnswerStore:
         found = {}
         for test in tests:
             try:
-                found[test] = json.loads((folder / f"{test}.json").read_text())
+                found[test] = json.loads(self._file(folder, test).read_text())
             except (OSError, ValueError):
                 pass
         return found
+
+    def _file(self, folder: Path, test: str) -> Path:
+        """Where a test's answers are kept: a test that draws cases when graded keeps those of
+        each grading's seed apart."""
+        seed = os.environ.get(DRAWN_SEED_ENV)
+        return folder / (f"{test}.drawn-{seed}.json" if seed and test in self.drawing else f"{test}.json")
 
     def _changed(self, pitfall: Pitfall) -> set[str] | None:
         """The reference's functions the pitfall's patch changes; None when it does not apply."""
@@ -433,7 +441,7 @@ class AnswerStore:
                 folder = self._folder(pitfall)
                 folder.mkdir(parents=True, exist_ok=True)
                 for test, value in computed.items():
-                    _write_atomic(folder / f"{test}.json", json.dumps(value))
+                    _write_atomic(self._file(folder, test), json.dumps(value))
                 results[pitfall.id if pitfall else None] = computed
         return [results.get(pitfall.id if pitfall else None, {}) for pitfall, _ in work]
 
@@ -453,6 +461,11 @@ class AnswerStore:
             except OSError:  # another ol built it at the same time
                 pass
         return folder
+
+
+def drawing_tests(module: Module) -> set[str]:
+    """The tests whose cases a grading draws (a suite calls ``drawn`` with the test's name)."""
+    return set(re.findall(r'\bdrawn\("(\w+)"\)', module.suite.read_text()))
 
 
 def _touches(changed: set[str], reference: dict | None) -> bool:

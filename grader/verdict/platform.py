@@ -25,7 +25,7 @@ from grader.core.protocol import AUTOGRADER_DIR_ENV, GRADE_DIR_ENV
 from grader.core.sandbox import claim, why_not_contained
 from grader.core.text import readable_json
 from grader.layout.catalog import Module, load_catalog
-from grader.running.grading import grade_in_worker
+from grader.running.grading import draw_seed, grade_in_worker
 
 PLATFORMS = ("gradescope", "prairielearn")
 OUTPUT_LIMIT = 8000           # characters of one test's output the platforms show comfortably
@@ -47,9 +47,11 @@ def run_platform(platform: str, config_path: Path) -> int:
     if not box.contained:
         # The platform's own log (hidden from students): learner code ran outside bubblewrap here.
         print(f"ol: learner code ran without bubblewrap ({why_not_contained()}), as another user where possible")
+    seed = draw_seed()
+    print(f"ol: cases drawn for this grading with seed {seed}")  # the platform's log, like the line above
     try:
         results = grade_in_worker(module.id, submission, submission.name, box, config.get("timeout"),
-                                  float(config["limit"]), bool(config.get("hints", True))).results
+                                  float(config["limit"]), bool(config.get("hints", True)), seed=seed).results
     except Exception as err:  # ol failed, not the submission: say so rather than leave no results
         results = {"status": "error", "message": f"the grader failed: {type(err).__name__}: {err}", "tests": [],
                    "score": 0.0, "max_score": sum(t.points for t in module.tests), "hint": "", "grader_error": True}
