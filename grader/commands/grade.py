@@ -120,7 +120,7 @@ class Bounds:
     tests: dict[str, float]      # seconds for each test (empty: --timeout or the catalog's, for every test)
 
 
-def calibrate(catalog: Catalog, module: Module, box: Sandbox, timeout: float | None, seed: int | None = None) -> Bounds:
+def calibrate(catalog: Catalog, module: Module, box: Sandbox, timeout: float | None, seed: int) -> Bounds:
     """Grade the reference first: this machine must pass it, and its times set each submission's
     bounds (the whole check: ``CALIBRATION_FACTOR`` times it, within ``MIN_LIMIT``..``DEFAULT_LIMIT``
     s; each test: :func:`per_test_timeouts`, unless ``timeout`` is given). Bounds are CPU seconds of
