@@ -373,23 +373,29 @@ def off_rows(batch: int) -> dict:
     for i, p in enumerate(PROMPTS[:4]):
         server.submit(p, GREEDY, seed=i, max_new=6)
     reported = pending = 0
+    missing: list[int] = []
     for _ in range(4 * 7):  # each request's max_new steps: a correct server is idle sooner
         if server.idle():
             break
         before = {r.rid for r in server.running}
         report = server.step()
+        ran = {r.rid for r in server.running} | set(report.finished)
+        missing += sorted(ran - set(report.ks))
         # what the step fed beyond each request's pending ids (prompt, or its last token)
         pending += sum(len(PROMPTS[rid]) if rid not in before else 1 for rid in report.ks)
         reported += report.rows
     if not server.idle():
         return {"stuck": f"not idle after {4 * 7} steps: {still_held(server)}"}
-    return {"drafter calls": len(calls), "rows fed": model.rows, "rows reported": reported, "pending ids": pending,
+    return {"requests that ran in a step but are not in its report.ks": missing,
+            "drafter calls": len(calls), "rows fed": model.rows, "rows reported": reported,
+            "prompt ids and last tokens of the requests in report.ks": pending,
             "most requests in one pass": model.widest}
 
 
 def cases_off_is_plain_decoding():
-    rule = ("card 2.3: k = 0 is the plain path: no drafter call, no row beyond the request's pending ids; "
-            "card 2.4: one forward a step feeds every running request's rows")
+    rule = ("card 2.3: k = 0 is the plain path: no drafter call, no row beyond the request's pending ids "
+            "(its prompt in its first step, then its last token); card 2.4: one forward a step feeds every "
+            "running request's rows, and the step's ks holds every request that ran in it, one that ended too")
     cases = []
     for batch in (1, 4):
         model_rows = off_rows_expected(batch)
@@ -401,7 +407,9 @@ def cases_off_is_plain_decoding():
 def off_rows_expected(batch: int) -> dict:
     """What plain decoding feeds: each prompt once, then one row per token emitted but the last."""
     rows = sum(len(p) for p in PROMPTS[:4]) + 4 * (6 - 1)
-    return {"drafter calls": 0, "rows fed": rows, "rows reported": rows, "pending ids": rows,
+    return {"requests that ran in a step but are not in its report.ks": [],
+            "drafter calls": 0, "rows fed": rows, "rows reported": rows,
+            "prompt ids and last tokens of the requests in report.ks": rows,
             "most requests in one pass": batch}
 
 
@@ -424,6 +432,9 @@ def admission_order(batch: int, lengths: list[int], pool_blocks: int) -> dict:
             first.setdefault(rid, step)
         peak = max(peak, len(report.ks))
         step += 1
+    never = [j for j in range(len(ids)) if ids[j] not in first]
+    if never:  # a request that ends in the step it was admitted in is in that step's ks too (card 2.4)
+        return {"requests never in a step's report.ks": never}
     order = sorted(range(len(ids)), key=lambda j: (first[ids[j]], j))
     return {"admitted": order, "peak": peak, "all served": sorted(server.results) == ids}
 
