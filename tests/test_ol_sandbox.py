@@ -23,6 +23,7 @@ from ol_helpers import REFERENCE, ROOT, ol
 
 from grader.child import judge
 from grader.core import sandbox
+from grader.running import isolate
 
 pytestmark = pytest.mark.usefixtures("sandboxed")
 
@@ -313,6 +314,84 @@ def test_a_hostile_class_scores_nothing_and_leaves_nothing(tmp_path):
     assert not list(scratch.iterdir()), f"left behind: {sorted(p.name for p in scratch.iterdir())}"
     assert not _ol_cgroups(), f"cgroups left: {_ol_cgroups()}"
     assert Path("/proc/sysvipc/shm").read_text() == segments and sorted(os.listdir("/dev/shm")) == shared
+
+
+# At import, a process of its own forks sixty spinners, each in a session (a scheduler autogroup)
+# of its own; the learner's process answers the judge at once.
+HOG = """
+import os as _os, time as _time
+def _spin_many():
+    if _os.fork() != 0:
+        return
+    _os.setsid()
+    _time.sleep(0.5)
+    for _ in range(60):
+        try:
+            pid = _os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            try:
+                _os.setsid()
+            except OSError:
+                pass
+            break
+    while True:
+        pass
+_spin_many()
+"""
+
+
+@pytest.mark.skipif(not sandbox.shares_cpu_by_submission(), reason="no cpu cgroup controller here")
+def test_a_submission_that_forks_spinners_does_not_fail_its_neighbours(tmp_path):
+    """A submission whose processes fork spinners in sessions of their own, graded beside correct
+    ones two at a time, slows itself, not them (before each submission shared the CPU as one,
+    such a class failed its first control in six tests, on the clock)."""
+    subs_dir = tmp_path / "subs"
+    subs = [workspace(subs_dir, "control-a", REFERENCE_SPEC), workspace(subs_dir, "hog", STUB + HOG),
+            workspace(subs_dir, "control-b", REFERENCE_SPEC), workspace(subs_dir, "control-c", REFERENCE_SPEC)]
+    out = tmp_path / "out"
+    ran = ol("grade", "L10.8", *map(str, subs), "--jobs", "2", "--out", str(out), limit=600)
+    assert ran.code == 0, ran.text
+    rows = {r["submission"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert [rows[f"control-{c}"]["score"] for c in "abc"] == ["20"] * 3, (rows, ran.out)
+    assert rows["hog"]["score"] == "0", rows["hog"]
+    assert not _ol_cgroups(), f"cgroups left: {_ol_cgroups()}"
+
+
+def test_names_and_links_that_lead_elsewhere_are_refused(tmp_path):
+    """A file whose name is code (the judge once wrote names into the source of its stand-ins), and
+    a nested tinyllm/ that is a link to the reference or a classmate: each submission is refused,
+    naming what is wrong, and scores nothing; a classmate beside them passes."""
+    subs_dir = tmp_path / "subs"
+    control = workspace(subs_dir, "control", REFERENCE_SPEC)
+    injected = workspace(subs_dir, "injected", REFERENCE_SPEC)
+    (injected / "tinyllm" / 'x""";import os;os._exit(0);""".py').write_text("from .spec import Draft\n")
+    linked = []
+    for name, target in (("to-reference", REFERENCE), ("to-classmate", control / "tinyllm")):
+        (subs_dir / name / "x").mkdir(parents=True)
+        (subs_dir / name / "x" / "tinyllm").symlink_to(target)
+        linked.append(subs_dir / name)
+    out = tmp_path / "out"
+    ran = ol("grade", "L10.8", str(control), str(injected), *map(str, linked), "--out", str(out), limit=300)
+    assert ran.code == 0, ran.text
+    rows = {r["submission"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert rows["control"]["score"] == "20", rows["control"]
+    assert rows["injected"]["score"] == "0" and "not a module's file name" in rows["injected"]["hint"], rows["injected"]
+    for name in ("to-reference", "to-classmate"):
+        assert rows[name]["score"] == "0" and "x/tinyllm is a symbolic link" in rows[name]["hint"], rows[name]
+
+
+def test_the_judge_imports_no_module_a_learner_names():
+    """The judge's stand-ins carry the names the learner's process sends, and pickling one imports
+    its module by name: only the package's modules (and, for an exception, builtins and numpy's)
+    are taken."""
+    assert judge._path("tinyllm.spec", "Draft") == ("tinyllm.spec", "Draft")
+    assert judge._path("builtins", "ValueError", error=True) == ("builtins", "ValueError")
+    for module in ('tinyllm.x""";import os;"""', "os", "antigravity", "tinyllm.a.b", "builtins", "numpy"):
+        with pytest.raises(judge.LearnerGone, match="not its package's"):
+            judge._path(module, "Draft")
+    assert "{" not in isolate.PROXY, "a stand-in's source holds no name of the learner's"
 
 
 def test_honest_code_in_unusual_shapes_passes_isolated(tmp_path):

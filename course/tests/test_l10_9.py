@@ -266,6 +266,8 @@ def judge_draft(got, want) -> str | None:
                 "_feed per chain token but the last (the last token's row is never used)")
     if (got["probs"] is None) != (want["probs"] is None):
         return "probs must be None exactly when every node is deterministic (temperature 0)"
+    if want["probs"] is not None and len(got["probs"]) != len(want["probs"]):
+        return f"{len(got['probs'])} entries in probs for a tree of {len(want['probs'])} nodes: one per node"
     for i, (a, b) in enumerate(zip(got["probs"] or [], want["probs"] or [])):
         if (a is None) != (b is None) or (a is not None and not np.allclose(a, b, rtol=0, atol=1e-6)):
             return f"probs[{i}] is not the q node {i}'s token was drawn from"

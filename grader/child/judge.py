@@ -466,7 +466,7 @@ def _stand_in(entry: dict):
     kind = entry["kind"]
     if kind == "value":
         return decode(entry["value"])
-    module, qualname = _strings(entry["path"], 2)
+    module, qualname = _path(*_strings(entry["path"], 2))
     short = qualname.rsplit(".", 1)[-1]
     if kind == "function":
         return RemoteFunction(module, qualname)
@@ -474,6 +474,8 @@ def _stand_in(entry: dict):
         key = (module, qualname)
         if key not in _ENUMS:
             members = [(str(m), decode(v)) for m, v in entry["members"]]
+            if any(not name.isidentifier() or name.startswith("_") for name, _ in members):
+                raise LearnerGone(f"the code under test sent an enum {qualname} with a member name that is not public")
             _ENUMS[key] = enum.Enum(short, members, module=module, qualname=qualname)
         return _ENUMS[key]
     if kind == "exception":
@@ -499,6 +501,7 @@ def _error_class(module: str, qualname: str, base: str) -> type:
 
 def _exception(raised) -> BaseException:
     module, qualname, base, message = _strings(raised, 4)
+    module, qualname = _path(module, qualname, error=True)
     if module == "builtins" and base == qualname:
         cls = getattr(__import__("builtins"), qualname, Exception)
         if isinstance(cls, type) and issubclass(cls, Exception):
@@ -510,6 +513,20 @@ def _strings(value, n: int) -> list[str]:
     if type(value) is not list or len(value) != n or not all(type(v) is str for v in value):
         raise LearnerGone("the process running the code under test sent a malformed reply")
     return value
+
+
+def _path(module: str, qualname: str, error: bool = False) -> tuple[str, str]:
+    """A name the learner's process sent for one of its package's objects, its module checked: a
+    module of the package (``tinyllm`` or ``tinyllm.<identifier>``; for an exception's class,
+    ``builtins`` or numpy's too). The judge's stand-ins carry these names, and pickling a stand-in
+    imports its module by name: a module name of the learner's choosing would have the judge
+    import, and run, whatever file answers to it."""
+    parts = module.split(".")
+    in_package = parts[0] == "tinyllm" and len(parts) <= 2
+    if not all(p.isidentifier() for p in parts) or not (
+            in_package or (error and (module == "builtins" or parts[0] == "numpy"))):
+        raise LearnerGone(f"the code under test sent an object whose name is not its package's: {module[:80]!r}.{qualname[:80]!r}")
+    return module, qualname
 
 
 class RemoteFunction:
@@ -641,7 +658,7 @@ def _handle(number: int, kind) -> Handle:
     key = (generation, number)
     if key not in _HANDLES:
         module, qualname = _strings(kind, 2)
-        cls = _CLASSES.get((module, qualname), Handle)
+        cls = _CLASSES.get((module, qualname), Handle)  # a stand-in made from a checked name, or none
         handle = object.__new__(cls)
         object.__setattr__(handle, "_ol_number", number)
         object.__setattr__(handle, "_ol_generation", generation)
@@ -709,9 +726,10 @@ def decode(value, depth: int = 0):
         item = value["v"]
         return dtype.type(complex(*item) if dtype.kind == "c" else item)
     if "$e" in value:
-        return _enum_member(*_strings(value["$e"], 3))
+        module, qualname, name = _strings(value["$e"], 3)
+        return _enum_member(*_path(module, qualname), name)
     if "$c" in value:
-        module, qualname = _strings(value["$c"], 2)
+        module, qualname = _path(*_strings(value["$c"], 2))
         fields = value.get("f")
         if type(fields) is not dict:
             raise LearnerGone("the code under test sent a malformed value")

@@ -14,8 +14,11 @@ Where the machine lets ol make cgroups (root, with cgroup v2's ``memory`` and ``
 controllers, or v1's ``memory`` and ``pids`` hierarchies), every learner process of one
 submission shares a cgroup that bounds their memory and their number together, and the
 submission's whole tree (the judge, the case workers, the learner's processes) shares another, so
-that :meth:`Cgroup.close` ends every process of it. Elsewhere the per-process limits below apply
-and :func:`kill_descendants` ends the tree.
+that :meth:`Cgroup.close` ends every process of it. Where the ``cpu`` controller is there too, the
+submissions graded side by side share the CPU by submission, not by process or session: a
+submission that forks spinners, each in a session of its own, slows itself, not its neighbour's
+judge and learner (measured: before, 61 such spinners made a correct neighbour time out in six
+tests). Elsewhere the per-process limits below apply and :func:`kill_descendants` ends the tree.
 
 Every process ol starts for a submission also has limits of its own (:func:`limit_process`):
 address space, the size of a file it writes (a flood of output), no core dumps.
@@ -334,7 +337,7 @@ class Cgroup:
                 for leaf in cls.LEAVES:
                     (root / name / leaf).mkdir(parents=True, exist_ok=True)
                 if (root / "cgroup.controllers").exists():
-                    (root / name / "cgroup.subtree_control").write_text("+memory +pids")
+                    (root / name / "cgroup.subtree_control").write_text(_v2_controllers(root / name))
             group._limit()
         except OSError:
             group.close()
@@ -394,7 +397,8 @@ def _rmdir(path: Path) -> None:
 @functools.cache
 def _hierarchies() -> tuple[Path, ...]:
     """The cgroup folders ol uses: v2's root when it offers memory and pids, else v1's memory and
-    pids hierarchies; none when ol cannot write there (not root)."""
+    pids hierarchies, with v1's cpu hierarchy where there is one; none when ol cannot write there
+    (not root)."""
     if os.geteuid() != 0:
         return ()
     v2 = CGROUP_ROOT / "cgroup.controllers"
@@ -402,8 +406,24 @@ def _hierarchies() -> tuple[Path, ...]:
         return (CGROUP_ROOT,)
     v1 = (CGROUP_ROOT / "memory", CGROUP_ROOT / "pids")
     if all((p / "cgroup.procs").exists() for p in v1):
-        return v1
+        return v1 + tuple(p for p in (CGROUP_ROOT / "cpu",) if (p / "cgroup.procs").exists())
     return ()
+
+
+def _v2_controllers(group: Path) -> str:
+    """What a submission's cgroup enables for its leaves under cgroup v2: memory and pids, and cpu
+    where its parent hands it down."""
+    offered = set((group / "cgroup.controllers").read_text().split())
+    return " ".join(f"+{c}" for c in ("memory", "pids", "cpu") if c in offered)
+
+
+def shares_cpu_by_submission() -> bool:
+    """Whether a submission's processes share the CPU as one against its neighbours here (the
+    cgroups' ``cpu`` controller)."""
+    roots = _hierarchies()
+    if roots == (CGROUP_ROOT,):
+        return "cpu" in (CGROUP_ROOT / "cgroup.controllers").read_text().split()
+    return CGROUP_ROOT / "cpu" in roots
 
 
 def bounds_whole_tree() -> bool:

@@ -17,7 +17,8 @@ from grader.core.protocol import LEARNER_IMPL_ENV, LEARNER_SANDBOX_ENV, LEARNER_
 from grader.core.sandbox import Sandbox
 from grader.layout import assemble
 
-PROXY = '''"""The learner's tinyllm/{name}, running in a process of its own (grader.child.judge)."""
+# No file name goes into the stand-in's source: a name is the learner's to choose.
+PROXY = '''"""A module of the learner's package, running in a process of its own (grader.child.judge)."""
 from grader.child.judge import bind_module
 
 bind_module(__name__, globals())
@@ -43,5 +44,5 @@ def prepare(sources: list[assemble.Source], root: Path, box: Sandbox) -> tuple[P
         if source.origin == "reference":
             shutil.copyfile(source.path, judge / source.name)
         else:
-            (judge / source.name).write_text(PROXY.format(name=source.name))
+            (judge / source.name).write_text(PROXY)
     return judge.parent, {LEARNER_IMPL_ENV: str(learner), LEARNER_SANDBOX_ENV: box.to_env()}

@@ -59,6 +59,9 @@ def locate_package(root: Path) -> Path:
         return direct
     nested = sorted(p / PACKAGE for p in root.iterdir()
                     if p.is_dir() and not p.is_symlink() and (p / PACKAGE).is_dir() and not p.name.startswith("__MACOSX"))
+    linked = [p for p in nested if p.is_symlink()]
+    if linked:
+        raise BadSubmission(f"{linked[0].relative_to(root)} is a symbolic link: submit the folder itself")
     if len(nested) == 1:
         return nested[0]
     if nested:
@@ -77,6 +80,7 @@ def copy_package(submission: Path, dest: Path) -> Path:
         files = [p for p in sorted(source.glob("*.py")) if p.is_symlink() or p.is_file()]
         _check_count(len(files))
         for path in files:
+            _check_name(path.name)
             if path.is_symlink():
                 raise BadSubmission(f"tinyllm/{path.name} is a symbolic link: submit the file itself")
             if path.stat().st_size > MAX_FILE:
@@ -89,6 +93,13 @@ def copy_package(submission: Path, dest: Path) -> Path:
             (package / name).write_bytes(data)
         return dest
     raise BadSubmission("neither a folder nor a zip file")
+
+
+def _check_name(name: str) -> None:
+    """A module's file: a Python identifier and ``.py``, as ``import`` needs (a name is the
+    learner's to choose, and the grader's own files name the modules by it)."""
+    if not name[:-3].isidentifier() or not name.isascii():
+        raise BadSubmission(f"tinyllm/{name[:80]!r} is not a module's file name: a Python identifier, then .py")
 
 
 def _check_count(count: int) -> None:
@@ -133,6 +144,7 @@ def _read_package(z: zipfile.ZipFile) -> dict[str, bytes]:
     files = {}
     for info in chosen:
         name = info.filename.rsplit("/", 1)[1]
+        _check_name(name)
         if stat.S_ISLNK(info.external_attr >> 16):
             raise BadSubmission(f"tinyllm/{name} is a symbolic link in the zip: zip the file itself")
         if info.flag_bits & ENCRYPTED:
