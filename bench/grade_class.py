@@ -45,6 +45,10 @@ ATTACKS = [
     ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'],"
      " start_new_session=True)\n"),
     "import os\nfor _ in range(2000):\n    try:\n        os.fork()\n    except OSError:\n        break\n",
+    # spinners, each in a session (a scheduler autogroup) of its own, while the learner's process answers
+    ("import os\nif os.fork() == 0:\n    os.setsid()\n    for _ in range(60):\n        try:\n"
+     "            if os.fork() == 0:\n                os.setsid()\n                break\n        except OSError:\n"
+     "            break\n    while True:\n        pass\n"),
     ("import os, json\ntry:\n    env = dict(kv.split('=', 1) for kv in open(f'/proc/{os.getppid()}/environ').read()"
      ".split('\\0') if '=' in kv)\n    fd = os.open(f\"/proc/{os.getppid()}/fd/{env['OL_REPORT_FD']}\", os.O_WRONLY)\n"
      "    os.write(fd, json.dumps({'nonce': env['OL_REPORT_NONCE'], 'event': 'end'}).encode() + b'\\n')\n"

@@ -729,7 +729,7 @@ def decode(value, depth: int = 0):
         module, qualname, name = _strings(value["$e"], 3)
         return _enum_member(*_path(module, qualname), name)
     if "$c" in value:
-        module, qualname = _path(*_strings(value["$c"], 2))
+        module, qualname = _strings(value["$c"], 2)  # a mirror pickles as rebuild(...), never by its name
         fields = value.get("f")
         if type(fields) is not dict:
             raise LearnerGone("the code under test sent a malformed value")
