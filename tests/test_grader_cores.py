@@ -288,6 +288,7 @@ def test_a_dataclass_crosses_as_a_mirror_with_its_fields():
         logprobs: np.ndarray
         n_accepted: int
 
+    Verified.__module__ = "tinyllm.spec"   # the learner's package's, as every mirror's is
     back = over_the_wire(Verified([3, 4], np.array([-0.5, -1.0]), 1))
     assert isinstance(back, MirrorObject) and type(back).__name__ == "Verified"
     assert back.tokens == [3, 4] and back.n_accepted == 1 and back.logprobs.tolist() == [-0.5, -1.0]
@@ -309,7 +310,10 @@ def test_encode_refuses_a_value_nested_too_deeply():
     ({"$a": "|O", "shape": [1], "data": ""}, "not numbers"),
     ({"$a": "<f8", "shape": [2], "data": "AAAAAAAAAAA="}, "malformed array"),     # 8 bytes for 16
     ({"$a": "<f8", "shape": [-1], "data": ""}, "malformed array"),
-    ({"$c": ["m", "C"], "f": [1]}, "malformed value"),
+    ({"$c": ["tinyllm.spec", "C"], "f": [1]}, "malformed value"),
+    ({"$c": ["this", "C"], "f": {}}, "not its package's"),
+    ({"$c": ["tinyllm.spec", "C"], "f": {"__reduce_ex__": 1}}, "not a plain attribute's"),
+    ({"$c": ["tinyllm.spec", "C"], "f": {"__array_interface__": {"$d": []}}}, "not a plain attribute's"),
     ({"$j": 10**9}, "never gave it"),
     ({"$h": "1"}, "malformed value"),
     (("x",), "malformed value"),

@@ -691,6 +691,13 @@ def _mirror(module: str, qualname: str, fields: dict):
     return obj
 
 
+def _field_name(name) -> bool:
+    """A mirror's field goes into its instance's ``__dict__``, where pickle and numpy look up their
+    hooks (``__reduce_ex__``, ``__array_interface__``): only plain names, none of ol's own."""
+    return (type(name) is str and name.isidentifier() and not (name.startswith("__") and name.endswith("__"))
+            and not name.startswith("_ol"))
+
+
 def _enum_member(module: str, qualname: str, name: str):
     key = (module, qualname)
     if key not in _ENUMS:
@@ -729,10 +736,12 @@ def decode(value, depth: int = 0):
         module, qualname, name = _strings(value["$e"], 3)
         return _enum_member(*_path(module, qualname), name)
     if "$c" in value:
-        module, qualname = _strings(value["$c"], 2)  # a mirror pickles as rebuild(...), never by its name
+        module, qualname = _path(*_strings(value["$c"], 2))
         fields = value.get("f")
         if type(fields) is not dict:
             raise LearnerGone("the code under test sent a malformed value")
+        if not all(_field_name(k) for k in fields):
+            raise LearnerGone("the code under test sent a dataclass field whose name is not a plain attribute's")
         return _mirror(module, qualname, {str(k): decode(v, depth + 1) for k, v in fields.items()})
     if "$j" in value:
         number = value["$j"]
@@ -886,6 +895,12 @@ def _is_target(obj) -> bool:
 
 
 class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj):
+        """A mirror and a handle pickle by their class's own reduction, whatever their instance holds."""
+        if isinstance(obj, (MirrorObject, Handle)) and not isinstance(obj, type):
+            return type(obj).__reduce__(obj)
+        return NotImplemented
+
     def persistent_id(self, obj):
         if _by_value(obj):
             return None
