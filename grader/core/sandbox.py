@@ -421,8 +421,8 @@ def shares_cpu_by_submission() -> bool:
     """Whether a submission's processes share the CPU as one against its neighbours here (the
     cgroups' ``cpu`` controller)."""
     roots = _hierarchies()
-    if roots == (CGROUP_ROOT,):
-        return "cpu" in (CGROUP_ROOT / "cgroup.controllers").read_text().split()
+    if roots == (CGROUP_ROOT,):  # a submission's cgroup gets what the root hands down
+        return "cpu" in (CGROUP_ROOT / "cgroup.subtree_control").read_text().split()
     return CGROUP_ROOT / "cpu" in roots
 
 
