@@ -345,8 +345,8 @@ _spin_many()
 @pytest.mark.skipif(not sandbox.shares_cpu_by_submission(), reason="no cpu cgroup controller here")
 def test_a_submission_that_forks_spinners_does_not_fail_its_neighbours(tmp_path):
     """A submission whose processes fork spinners in sessions of their own, graded beside correct
-    ones two at a time, slows itself, not them (before each submission shared the CPU as one,
-    such a class failed its first control in six tests, on the clock)."""
+    ones two at a time, slows itself, not them (before a submission's processes shared the CPU as
+    one group, such a class failed its first control in six tests, on the clock)."""
     subs_dir = tmp_path / "subs"
     subs = [workspace(subs_dir, "control-a", REFERENCE_SPEC), workspace(subs_dir, "hog", STUB + HOG),
             workspace(subs_dir, "control-b", REFERENCE_SPEC), workspace(subs_dir, "control-c", REFERENCE_SPEC)]
