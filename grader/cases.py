@@ -60,9 +60,12 @@ class Case:
 
         A stub's NotImplementedError is not an answer: it propagates, so the test fails with the
         stub's own message ("spec.prompt_lookup (L10.8): not written yet ...").
+        A returned value shaped like a raise is kept apart as ``{"returned": value}``: returning
+        ``{"raises": "SpecError"}`` is not raising it.
         """
         try:
-            return plain(self.run())
+            answer = plain(self.run())
+            return {RETURNED: answer} if is_raise(answer) else answer
         except NotImplementedError:
             raise
         except Exception as err:  # the learner's code raising is an answer like any other
@@ -249,12 +252,17 @@ def same_law(a: Answer, b: Answer) -> bool:
     if not (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)):
         return first_difference(a, b) is None
     try:
-        columns = [(float(x), float(y)) for x, y in zip(a, b) if x + y > 0]
+        pairs = [(float(x), float(y)) for x, y in zip(a, b)]
     except (TypeError, ValueError):
         return first_difference(a, b) is None
+    if not all(0 <= x < math.inf and 0 <= y < math.inf for x, y in pairs):  # counts, or no law to test
+        return first_difference(a, b) is None
+    columns = [(x, y) for x, y in pairs if x + y > 0]
     if len(columns) < 2 or all(x == y for x, y in columns):
         return all(x == y for x, y in columns)
     rows = [sum(x for x, _ in columns), sum(y for _, y in columns)]
+    if min(rows) == 0:  # one side drew nothing the other did
+        return False
     total = rows[0] + rows[1]
     dof = len(columns) - 1
     statistic = 0.0
@@ -458,11 +466,13 @@ def call(label: str, function: Callable, *args: Any, expected: Any = None, rule:
 
 
 RAISES = "raises"
+RETURNED = "returned"
 
 
 def is_raise(answer: Answer) -> bool:
-    """The answer of a call that raised (``{"raises": name, "message": ...}``)."""
-    return isinstance(answer, dict) and RAISES in answer and set(answer) <= {RAISES, "message"}
+    """The answer of a call that raised (``{"raises": name, "message": ...}``, both strings)."""
+    return (isinstance(answer, dict) and isinstance(answer.get(RAISES), str) and set(answer) <= {RAISES, "message"}
+            and isinstance(answer.get("message", ""), str))
 
 
 def raises(kind: str) -> dict:

@@ -192,6 +192,27 @@ def test_same_law_edge_cases():
     assert not same_law([1, 2], [1, 2, 3])                             # lengths differ: exact compare
     assert not same_law({"a": 1}, {"a": 2}) and same_law({"a": 1}, {"a": 1})
     assert not same_law(["x", 1], ["y", 1])
+    # what no draw gives (a side that drew nothing, negative or endless counts) is answered, not a crash
+    assert not same_law([0, 0, 0], [5, 3, 2])
+    assert same_law([2, -1, 3], [2, -1, 3]) and not same_law([2, -1, 3], [2, 1, 3])
+    assert not same_law([float("nan"), 4], [1, 4]) and not same_law([float("inf"), 4], [1, 4])
+
+
+def test_a_returned_value_is_never_read_as_a_raise():
+    """Returning ``{"raises": "SpecError"}`` is not raising it (a red-team submission passed every
+    refusal case that way), and a raise's fields are strings (one whose message was a number
+    crashed the diagnosis and lost a class member's whole grade)."""
+    returned = Case("refused", "blocks_for(3, 0)", lambda: {"raises": "SpecError"}, expected={"raises": "SpecError"})
+    answer = returned.answer()
+    assert answer == {"returned": {"raises": "SpecError"}}
+    assert returned.problem(answer) == "it returned instead of raising SpecError"
+
+    def refuses():
+        raise ValueError("no")
+    raising = Case("refused", "f()", refuses, expected={"raises": "ValueError"})
+    assert raising.problem(raising.answer()) is None
+    assert not alike({"raises": "SpecError", "message": 123}, raised("SpecError", "123"))
+    assert alike({"raises": 7}, {"raises": 7}) and not alike({"raises": 7}, {"raises": 8})  # values, compared as values
 
 
 @pytest.mark.parametrize("dof", [1, 2, 3, 4, 5, 8, 11, 30])
@@ -384,3 +405,20 @@ def test_ranked_orders_by_tests_explained_then_cases_matched_then_catalog_order(
     assert named(d) == [("wide", ["t1", "t2"]), ("deep", ["t1", "t3"]), ("late", ["t1"]), ("early", ["t1"])]
     tests["t3"].differing = 5
     assert [p for p, _ in named(diagnose.Diagnosis(module_with("late", "early", "wide", "deep"), tests))][:2] == ["deep", "wide"]
+
+
+def test_a_diagnosis_that_fails_leaves_the_verdict_and_says_why(monkeypatch, tmp_path):
+    """Hints are help: where ol cannot compute one, each failing test says so and the check stands."""
+    from grader.running.run import SuiteRun, TestOutcome
+    from grader.verdict import evaluate
+
+    def broken(*args, **kwargs):
+        raise TypeError("expected string or bytes-like object, got 'int'")
+    monkeypatch.setattr(evaluate, "diagnose", broken)
+    catalog = load_catalog()
+    module = catalog.get("L10.8")
+    run = SuiteRun({"rollback_hand_example": TestOutcome("rollback_hand_example", "fail", "2 of 18 cases fail", 0.1)})
+    found = evaluate._diagnose(catalog, module, tmp_path, run, None, False, tmp_path)
+    assert found.as_json("rollback_hand_example")["summary"] == (
+        "no diagnosis: ol could not compare these answers (TypeError: expected string or bytes-like object, got 'int')")
+    assert found.ranked() == []

@@ -14,11 +14,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.cases import first_line
 from grader.core.errors import UsageError
 from grader.core.protocol import ANSWERS_ENV
 from grader.layout.catalog import Catalog, Module
 from grader.running.run import SuiteRun, TestOutcome, run_suite
-from grader.verdict.diagnose import Diagnosis, diagnose, read_recorded
+from grader.verdict.diagnose import Diagnosis, TestDiagnosis, diagnose, read_recorded
 
 RESULTS_VERSION = 3
 
@@ -120,8 +121,12 @@ def _diagnose(catalog: Catalog, module: Module, impl: Path, run: SuiteRun, timeo
     if announce:
         print(f"\nComparing your answers on {_plural(len(failed), 'failing test')} with the reference's and each "
               "named pitfall's ...", flush=True)
-    return diagnose(catalog, module, impl, failed, timeout or module.timeout,
-                    recorded=read_recorded(answers, module.test_names), isolated=isolated)
+    try:
+        return diagnose(catalog, module, impl, failed, timeout or module.timeout,
+                        recorded=read_recorded(answers, module.test_names), isolated=isolated)
+    except Exception as err:  # a hint helps; the verdict stands without one, so failing to find one never fails a check
+        note = f"no diagnosis: ol could not compare these answers ({type(err).__name__}: {first_line(str(err))})"
+        return Diagnosis(module, {test: TestDiagnosis(test, note=note) for test in failed})
 
 
 def _is_stub(message: str | None) -> bool:
