@@ -12,7 +12,7 @@ from scipy import stats
 
 from grader.cases import (Case, alike, chi2_quantile, chi2_survival, first_difference, first_parting, message_shape,
                           same_law, with_place)
-from grader.child.judge import MAX_DEPTH, LearnerGone, MirrorObject, decode, learner_env
+from grader.child.judge import MAX_DEPTH, LearnerGone, MirrorObject, _exception, decode, learner_env
 from grader.child.learner_server import encode
 from grader.core.protocol import where_in_dump
 from grader.layout.catalog import Pitfall, load_catalog
@@ -335,6 +335,7 @@ def test_encode_refuses_a_value_nested_too_deeply():
     ({"$c": ["this", "C"], "f": {}}, "not its package's"),
     ({"$c": ["tinyllm.spec", "C"], "f": {"__reduce_ex__": 1}}, "not a plain attribute's"),
     ({"$c": ["tinyllm.spec", "C"], "f": {"__array_interface__": {"$d": []}}}, "not a plain attribute's"),
+    ({"$c": ["tinyllm.spec", "Verified\nhand_example: pass"], "f": {}}, "no Python statement gives"),
     ({"$j": 10**9}, "never gave it"),
     ({"$h": "1"}, "malformed value"),
     (("x",), "malformed value"),
@@ -342,6 +343,15 @@ def test_encode_refuses_a_value_nested_too_deeply():
 def test_decode_refuses_what_the_learner_could_forge(wire, complaint):
     with pytest.raises(LearnerGone, match=complaint):
         decode(wire)
+
+
+def test_an_exception_s_class_name_is_one_a_class_statement_gives():
+    """A class named with line breaks and escape codes wrote forged lines into a test's message
+    ("raises Oops" / "hand_example_tree_shape: pass"): such a name is refused; local classes are not."""
+    with pytest.raises(LearnerGone, match="no Python statement gives"):
+        _exception(["tinyllm.trees", "Oops\nhand_example_tree_shape: pass\n\x1b[32mALL PASS", "Exception", "m"])
+    local = _exception(["tinyllm.trees", "tree_depths.<locals>.Bad", "ValueError", "no"])
+    assert isinstance(local, ValueError) and type(local).__name__ == "Bad" and str(local) == "no"
 
 
 def test_decode_refuses_a_value_nested_too_deeply():

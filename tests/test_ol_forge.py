@@ -138,3 +138,84 @@ def test_hostile_battery_gets_no_point(tmp_path):
     assert not forged, f"hostile submissions scored: {forged}"
     assert not daemons_left(MARKER), "a daemon started by a submission outlived ol grade"
     assert ran.seconds < 240, f"the battery took {ran.seconds:.0f} s"
+
+
+# L10.10's server with a bug the rows counted catch (under off, a wasted row a request), hidden from
+# a row counter that believed the first len() of what it was handed (a red-team pass of 7 Dec: 13
+# of 13 with the lie, 11 of 13 without).
+WASTED_ROW = ('''        for r, draft in zip(self.running, drafts):
+            fed = r.pending + draft
+''', '''        wasted = [r.pending[-1:] if self.policy.kind == "off" and r.pending else [] for r in self.running]
+        for r, draft, w in zip(self.running, drafts, wasted):
+            fed = r.pending + draft + w
+''')
+HIDDEN = ('''        logits = self.model.forward(self.pool, tables, positions, ids)
+        report = StepReport(len(ids), gemm_blocks(positions), 0, {}, [])
+''', '''        extra = sum(len(w) for w in wasted)
+        fed = ids if isinstance(self.model, TinyLlama) or not extra else _Ids(ids, len(ids) - extra)
+        logits = self.model.forward(self.pool, tables, positions, fed)
+        report = StepReport(len(ids) - extra, gemm_blocks(positions), 0, {}, [])
+''')
+SKIPPED = ('''        for r, draft in zip(list(self.running), drafts):
+            n = len(r.pending) + len(draft)
+            report.emitted += self._verify(r, draft, logits[at:at + n])
+            report.ks[r.rid] = len(draft)
+            at += n
+''', '''        for r, draft, w in zip(list(self.running), drafts, wasted):
+            n = len(r.pending) + len(draft)
+            report.emitted += self._verify(r, draft, logits[at:at + n])
+            report.ks[r.rid] = len(draft)
+            at += n + len(w)
+''')
+LYING_IDS = '''
+
+class _Ids:
+    """ids whose first len() says fewer rows than they hold."""
+
+    def __init__(self, ids, first):
+        self.ids, self.first, self.asked = list(ids), first, 0
+
+    def __len__(self):
+        self.asked += 1
+        return self.first if self.asked == 1 else len(self.ids)
+
+    def __getitem__(self, i):
+        return self.ids[i]
+
+    def __iter__(self):
+        return iter(self.ids)
+'''
+
+
+def test_what_a_wrapped_model_counts_is_what_it_is_fed(tmp_path):
+    text = (ROOT / "solutions" / "tinyllm" / "serve.py").read_text()
+    for old, new in (WASTED_ROW, HIDDEN, SKIPPED):
+        assert text.count(old) == 1, f"the reference's Server.step no longer reads:\n{old}"
+        text = text.replace(old, new)
+    (tmp_path / "liar" / "tinyllm").mkdir(parents=True)
+    (tmp_path / "liar" / "tinyllm" / "serve.py").write_text(text + LYING_IDS)
+    ran = ol("check", "L10.10", "--ref-deps", "--isolate", "-k", "off_is_plain_decoding", workspace=tmp_path / "liar",
+             limit=240)
+    assert ran.code == 1 and "FAIL     off_is_plain_decoding" in ran.out, ran.out
+
+
+# What the code under test may call on the objects the suites hand it: the Target protocols of
+# L10.8 and L10.9, a model's forward (and new_pool), a drafter's propose, a generator's next_f64.
+HANDED_METHODS = {"cached", "extend", "truncate", "release", "extend_tree", "keep_path", "forward", "new_pool",
+                  "propose", "next_f64"}
+
+
+def test_the_suites_objects_offer_the_code_under_test_only_their_protocol():
+    """The judge offers a learner every public method of the objects it hands over: a fake target's
+    public ``logits_at`` answered a tree generator's every token outside the passes the test counts
+    (a red-team pass of 7 Dec: 13 of 17 where the code earns 12). Helpers are private."""
+    import ast
+
+    offered = {}
+    for path in sorted((ROOT / "course" / "tests").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and not any(getattr(b, "id", "") == "Exception" for b in node.bases):
+                public = {f.name for f in node.body if isinstance(f, ast.FunctionDef) and not f.name.startswith("_")}
+                if public - HANDED_METHODS:
+                    offered[f"{path.name}:{node.name}"] = sorted(public - HANDED_METHODS)
+    assert not offered, f"public methods beyond the protocols, reachable from the code under test: {offered}"

@@ -120,7 +120,7 @@ def test_any_name_and_any_zip_gets_one_intact_row(tmp_path):
     names = [r[0] for r in rows]
     assert names == [cell(name) for name in _unique_names(everything)]
     assert names[2] == "caf\\xe9-\\xff" and names[3] == "'" + FORMULA
-    assert names[5:8] == ["dup", "dup-2", "dup-2-2"]
+    assert names[5:8] == ["dup", "dup-3", "dup-2"]   # b/dup is not numbered as the submission named dup-2
     for row in rows:
         assert not any(c.startswith(("=", "+", "-", "@", "\t", "\r")) for c in row), row
         assert not any(ch in c for c in row for ch in "\n\r\x1b\u2028"), row
@@ -153,7 +153,8 @@ def test_any_name_and_any_zip_gets_one_intact_row(tmp_path):
 
 def test_names_for_people_and_files():
     names = _unique_names([Path("a/x"), Path("b/x"), Path("x-2"), Path(os.fsdecode(b"caf\xe9")), Path("a\tb")])
-    assert names == ["x", "x-2", "x-2-2", "caf\\xe9", "a\\tb"]
+    # b/x is numbered past x-2, a submission's own name: no row carries another submission's name
+    assert names == ["x", "x-3", "x-2", "caf\\xe9", "a\\tb"]
     files = json_names(names + ["n" * 252])
     assert files[0] == "001-x.json" and files[3] == "004-caf_xe9.json"
     assert len(set(files)) == len(files) and all(len(f.encode()) < 80 for f in files)

@@ -6,6 +6,7 @@ that keeps a rejected draft's KV answers differently later, and every fed positi
 a write past a request's budget shows.
 """
 
+import operator
 from typing import Sequence
 
 import numpy as np
@@ -35,7 +36,7 @@ class TableTarget:
         self.pool = pool
         self.blocks: list[int] = []
 
-    def logits_at(self, context: Sequence[int]) -> np.ndarray:
+    def _logits_at(self, context: Sequence[int]) -> np.ndarray:
         """The row a fresh run of ``context`` gives at its last position."""
         recent = [self.vocab] * self.order + [int(t) for t in context]
         return self.table[tuple(recent[-self.order:])].copy()
@@ -44,10 +45,11 @@ class TableTarget:
         return len(self.ids)
 
     def extend(self, ids: Sequence[int]) -> list[np.ndarray]:
+        ids = [int(t) for t in ids]  # read once: a sequence of the code under test could answer twice differently
         if len(ids) == 0:
             raise SpecError("extend needs at least one id")
         for t in ids:
-            if not 0 <= int(t) < self.vocab:
+            if not 0 <= t < self.vocab:
                 raise SpecError(f"id {t!r} is outside the vocabulary [0, {self.vocab})")
         self.calls += 1
         rows = []
@@ -55,10 +57,11 @@ class TableTarget:
             self.fed_positions.append(len(self.ids))
             self.ids.append(int(t))
             self._write_position()
-            rows.append(self.logits_at(self.ids))
+            rows.append(self._logits_at(self.ids))
         return rows
 
     def truncate(self, length: int) -> None:
+        length = operator.index(length)
         if not 0 <= length <= len(self.ids):
             raise SpecError(f"truncate to {length} with {len(self.ids)} positions cached")
         del self.ids[length:]

@@ -529,7 +529,7 @@ def model_drafter_counts() -> list[int]:
     calls = []
     for s in each(stream, [(seed,) for seed in range(MODEL_SEEDS)]):
         tree = drafter.propose(STAT_PROMPT[:-1], STAT_PROMPT[-1], 2)
-        rows = [target.logits_at(STAT_PROMPT + [tree.tokens[i] for i in path[1:]])
+        rows = [target._logits_at(STAT_PROMPT + [tree.tokens[i] for i in path[1:]])
                 for path in ([0], [0, 1], [0, 2])[:len(tree.tokens)]]
         calls.append((rows, tree, SamplingParams(temperature=1.0), [], [], s))
     counts = [0] * 6
@@ -560,7 +560,7 @@ def cases_sampled_tree_keeps_the_target_law():
     rule = ("card 2.3: multi-candidate accept-or-resample (the residual updated after every rejected child) "
             "emits each token with the target's probability, whatever the tree")
     law = stat_law(STAT_ROW)
-    target_law = stat_law(TreeTableTarget(6, 17, order=1, scale=1.0).logits_at(STAT_PROMPT))
+    target_law = stat_law(TreeTableTarget(6, 17, order=1, scale=1.0)._logits_at(STAT_PROMPT))
 
     def law_case(label, text, run, p, seeds=STAT_SEEDS):
         return Case(label, text, run, [round(seeds * float(x), 1) for x in p], rule, judge=judge_law(p, seeds),
@@ -659,10 +659,10 @@ def conserved_request(request: int, prompt, k, width, max_new):
     keep = target.keep_path
 
     def checked_keep(start, path):
-        before = target.cached_ids()   # the prefix, then the tree's nodes
+        before = target._cached_ids()   # the prefix, then the tree's nodes
         keep(start, path)   # compacts, then checks the blocks and fills (KvCorrupt otherwise)
         rounds["n"] += 1
-        kept = target.cached_ids()   # every kept position reads back the same id in every layer, K and V
+        kept = target._cached_ids()   # every kept position reads back the same id in every layer, K and V
         want = before[:start] + [before[start + i] for i in path]
         if kept != want and rounds["compaction"] is None:
             rounds["compaction"] = {"round": rounds["n"], "start": start, "path": [int(i) for i in path],
@@ -671,7 +671,7 @@ def conserved_request(request: int, prompt, k, width, max_new):
     target.keep_path = checked_keep
     g = generate_tree(target, SuffixTreeDrafter(k, width), prompt, SamplingParams(temperature=1.0), request,
                       max_new, [])
-    ids = target.cached_ids()
+    ids = target._cached_ids()
     text = (prompt + [int(t) for t in g.tokens])[:len(ids)]
     target.release()
     wrong = next((i for i, (a, b) in enumerate(zip(ids, text)) if a != b), None)
@@ -837,7 +837,7 @@ def cases_generate_tree_streams_and_stops_when_told():
         g = generate_tree(target, SuffixTreeDrafter(8, 2), CYCLE_PROMPT, GREEDY, 0, 20, eos,
                           lambda t, lp: heard.append(int(t)) or len(heard) < stop_after)
         return {"tokens": [int(t) for t in g.tokens], "heard": heard, "target_calls": g.stats.target_calls,
-                "cached": target.cached(), "cache": target.cached_ids()}
+                "cached": target.cached(), "cache": target._cached_ids()}
 
     def silent():
         heard = []

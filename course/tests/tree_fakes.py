@@ -9,6 +9,7 @@ target answers, or stops it with :class:`KvCorrupt`. A node's row also turns wit
 RoPE does: fed at the wrong position, a node gets another row.
 """
 
+import operator
 from typing import Sequence
 
 import numpy as np
@@ -41,7 +42,7 @@ class TreeTableTarget:
         self.tree_sizes: list[int] = []  # nodes fed by each extend_tree
         self._tree_at: int | None = None
 
-    def logits_at(self, context: Sequence[int]) -> np.ndarray:
+    def _logits_at(self, context: Sequence[int]) -> np.ndarray:
         """The row a fresh run of ``context`` gives at its last position."""
         recent = [self.vocab] * self.order + [int(t) for t in context]
         return self.table[tuple(recent[-self.order:])].copy()
@@ -49,7 +50,7 @@ class TreeTableTarget:
     def cached(self) -> int:
         return self.length
 
-    def cached_ids(self) -> list[int]:
+    def _cached_ids(self) -> list[int]:
         """The ids the pool holds at positions ``0..cached()-1``, checked across layers and K/V."""
         return [self._read(p) for p in range(self.length)]
 
@@ -57,17 +58,17 @@ class TreeTableTarget:
         ids = self._ids(ids)
         self.calls += 1
         self._tree_at = None
-        context = self.cached_ids()
+        context = self._cached_ids()
         rows = []
         for t in ids:
             self._write(self.length, t)
             self.length += 1
             context.append(t)
-            rows.append(self.logits_at(context))
+            rows.append(self._logits_at(context))
         return rows
 
     def extend_tree(self, ids: Sequence[int], positions: Sequence[int], mask) -> list[np.ndarray]:
-        ids = self._ids(ids)
+        ids, positions = self._ids(ids), [int(p) for p in positions]
         n = len(ids)
         mask = np.asarray(mask)
         if mask.shape != (n, n) or mask.dtype != bool or len(positions) != n:
@@ -75,7 +76,7 @@ class TreeTableTarget:
                             f"got {len(positions)} positions and a {mask.dtype} mask of shape {mask.shape}")
         self.calls += 1
         start = self.length
-        cached = self.cached_ids()
+        cached = self._cached_ids()
         for j, t in enumerate(ids):
             self._write(start + j, t)
         self.length += n
@@ -84,20 +85,22 @@ class TreeTableTarget:
         rows = []
         for j in range(n):
             seen = np.flatnonzero(mask[j])
-            row = self.logits_at(cached + [ids[i] for i in seen])
+            row = self._logits_at(cached + [ids[i] for i in seen])
             # The row turns with the position, as RoPE does: the right one is start + (visible nodes) - 1.
             rows.append(np.roll(row, int(positions[j]) - (start + len(seen) - 1)))
         return rows
 
     def keep_path(self, start: int, path: Sequence[int]) -> None:
+        start, path = operator.index(start), [int(i) for i in path]
         if self._tree_at != start:
             raise SpecError(f"keep_path(start={start}) without a tree fed at {start}")
         self._tree_at = None
         compact(self.pool, self.blocks, start, path)
         self.length = start + len(path)
-        self.check_blocks()
+        self._check_blocks()
 
     def truncate(self, length: int) -> None:
+        length = operator.index(length)
         if not 0 <= length <= self.length:
             raise SpecError(f"truncate to {length} with {self.length} positions cached")
         rollback(self.pool, self.blocks, length)
@@ -107,7 +110,7 @@ class TreeTableTarget:
     def release(self) -> None:
         self.truncate(0)
 
-    def check_blocks(self) -> None:
+    def _check_blocks(self) -> None:
         """The table holds exactly the blocks the cached positions need, filled to them."""
         bt = self.pool.block_tokens
         want = [min(bt, self.length - i * bt) for i in range(blocks_for(self.length, bt))]

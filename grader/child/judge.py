@@ -526,6 +526,10 @@ def _path(module: str, qualname: str, error: bool = False) -> tuple[str, str]:
     if not all(p.isidentifier() for p in parts) or not (
             in_package or (error and (module == "builtins" or parts[0] == "numpy"))):
         raise LearnerGone(f"the code under test sent an object whose name is not its package's: {module[:80]!r}.{qualname[:80]!r}")
+    # a name a class or def statement could give: it is shown in messages ("raises ..."), where a
+    # name holding line breaks or escape codes would write lines of its own
+    if not all(p.isidentifier() or p in ("<locals>", "<lambda>") for p in qualname.split(".")):
+        raise LearnerGone(f"the code under test sent an object whose name no Python statement gives: {qualname[:80]!r}")
     return module, qualname
 
 

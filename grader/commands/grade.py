@@ -170,12 +170,14 @@ def _submissions(given: list[str]) -> list[Path]:
 
 def _unique_names(paths: list[Path]) -> list[str]:
     """Each submission's name in grades.csv and on the terminal: its folder or zip name made
-    :func:`printable`, numbered (``-2``, ``-3``, ...) when an earlier one has the same."""
+    :func:`printable`, numbered (``-2``, ``-3``, ...) when an earlier one has the same. A number
+    never gives a name another submission has of its own: two ``bob`` and a ``bob-2`` are
+    ``bob``, ``bob-3`` and ``bob-2``, so no row carries another's name."""
+    bases = [printable(path.name or str(path)) for path in paths]
     names: list[str] = []
-    for path in paths:
-        base = printable(path.name or str(path))
+    for base in bases:
         name, n = base, 1
-        while name in names:
+        while name in names or (name != base and name in bases):
             n += 1
             name = f"{base}-{n}"
         names.append(name)

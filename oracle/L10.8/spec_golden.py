@@ -321,7 +321,7 @@ def own_text(target: TableTarget, start: int, length: int) -> list[int]:
     """``length`` tokens the target continues greedily from ``start``."""
     text = [start]
     while len(text) < length:
-        text.append(int(np.argmax(target.logits_at(text))))
+        text.append(int(np.argmax(target._logits_at(text))))
     return text
 
 
