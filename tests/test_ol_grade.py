@@ -248,3 +248,42 @@ def test_a_replay_of_the_public_fixtures_fails_the_streams_a_grading_draws(tmp_p
     assert verdicts["first"] == verdicts["again"]
     refused = ol("grade", "L10.1", str(workspace), "--seed", "-1", "--out", str(tmp_path / "bad"))
     assert refused.code == 2 and "--seed must be an integer in [0, 2**63), got -1" in refused.err, refused.text
+
+
+def public_cases_only_spec() -> str:
+    """The reference's L10.8 answers on the fixture's public contexts and rounds and on nothing else:
+    a table's reach (prompt_lookup and ngram_draft answer from a table, verify_draft refuses rows
+    it has not seen)."""
+    golden = json.loads((ROOT / "fixtures" / "L10.8" / "spec_golden.json").read_text())
+    lookups = {(tuple(c["ctx"]), c["k"], c["max_ngram"], c["min_ngram"]): c["draft"] for c in golden["prompt_lookup"]}
+    ngrams = {(tuple(c["ctx"]), c["k"], c["n"]): c["draft"] for c in golden["ngram"]}
+    rows = sorted({tuple(c["rows"]) for c in golden["verify"]})
+    return ((REFERENCE / "spec.py").read_text() + f"\n\nLOOKUPS = {lookups!r}\nNGRAMS = {ngrams!r}\nROWS = {rows!r}\n"
+            "_verify = verify_draft\n\n\n"
+            "def prompt_lookup(ctx, k, max_ngram=3, min_ngram=1):\n"
+            "    return LOOKUPS.get((tuple(ctx), k, max_ngram, min_ngram), [])\n\n\n"
+            "def ngram_draft(ctx, k, n=3):\n"
+            "    return NGRAMS.get((tuple(ctx), k, n), [])\n\n\n"
+            "def verify_draft(rows, *args):\n"
+            "    if tuple(np.asarray(r, dtype='<f4').tobytes().hex() for r in rows) not in set(ROWS):\n"
+            "        raise SpecError('not a public round')\n"
+            "    return _verify(rows, *args)\n")
+
+
+def test_a_table_of_l10_8_s_public_cases_fails_the_cases_a_grading_draws(tmp_path):
+    """L10.8's recorded tests also draw cases when graded (contexts and rounds as the fixture's
+    oracle draws them, answered by the reference in the judge): a table of the public cases passes
+    ``ol check`` and fails ``ol grade``."""
+    tests = ["prompt_lookup_matches_python_l8_6", "ngram_draft_matches_python_l8_6", "verify_matches_python_l8_6"]
+    workspace = tmp_path / "ws"
+    (workspace / "tinyllm").mkdir(parents=True)
+    (workspace / "tinyllm" / "spec.py").write_text(public_cases_only_spec())
+    checked = ol("check", "L10.8", "--ref-deps", "-k", "matches_python", workspace=workspace)
+    assert all(f"pass     {t}" in checked.out for t in tests), checked.text
+    out = tmp_path / "out"
+    ran = ol("grade", "L10.8", str(workspace), "--seed", "777", "--out", str(out), limit=300)
+    assert ran.code == 0, ran.text
+    results = json.loads(next(out.glob("001-*.json")).read_text())
+    failed = {t["name"]: t["message"] for t in results["tests"] if t["status"] != "pass"}
+    for test in tests:
+        assert test in failed and "(drawn when graded)" in failed[test], failed

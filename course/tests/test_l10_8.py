@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from graded import load_fixture
+from graded import drawn, load_fixture, reference
 from fakes import CycleTarget, TableTarget
 from grader.cases import Case, chi2_quantile, call, check, each, plain, raises
 from tinyllm.kvpool import KvPool
@@ -103,9 +103,37 @@ def test_hand_example_prompt_lookup():
     check(cases_hand_example_prompt_lookup())
 
 
+# Cases a recorded test draws when graded (graded.drawn), their answers the reference's: every
+# recorded case is public, and a table of them has no answer for these.
+DRAWN_CASES = 8
+
+
+def drawn_context(draws, vocab: int) -> list[int]:
+    """Text to draft from, as the fixture's oracle draws it: periodic, repetitive or phrases in noise."""
+    kind = draws.randrange(3)
+    if kind == 0:
+        period = [draws.randrange(vocab) for _ in range(draws.randint(1, 7))]
+        return ([draws.randrange(vocab) for _ in range(draws.randint(0, 3))] + period * 12)[:draws.randint(3, 40)]
+    if kind == 1:
+        small = draws.randint(2, 4)
+        return [draws.randrange(small) for _ in range(draws.randint(6, 120))]
+    phrases = [[draws.randrange(vocab) for _ in range(draws.randint(2, 5))] for _ in range(3)]
+    ctx: list[int] = []
+    while len(ctx) < 40:
+        ctx += draws.choice(phrases) if draws.random() < 0.6 else [draws.randrange(vocab) for _ in range(2)]
+    return ctx
+
+
 def cases_prompt_lookup_matches_python_l8_6():
-    return [call(c["name"], prompt_lookup, c["ctx"], c["k"], c["max_ngram"], c["min_ngram"],
-                 expected=c["draft"], rule=LOOKUP_RULE) for c in golden("prompt_lookup")]
+    cases = [call(c["name"], prompt_lookup, c["ctx"], c["k"], c["max_ngram"], c["min_ngram"],
+                  expected=c["draft"], rule=LOOKUP_RULE) for c in golden("prompt_lookup")]
+    draws = drawn("prompt_lookup_matches_python_l8_6")
+    for i in range(DRAWN_CASES if draws is not None else 0):
+        ctx, max_ngram = drawn_context(draws, 20), draws.randint(1, 5)
+        min_ngram, k = draws.randint(1, max_ngram) if i % 3 == 0 else 1, draws.randint(1, 10)
+        cases.append(call(f"drawn-{i} (drawn when graded)", prompt_lookup, ctx, k, max_ngram, min_ngram,
+                          expected=reference("spec").prompt_lookup(ctx, k, max_ngram, min_ngram), rule=LOOKUP_RULE))
+    return cases
 
 
 def test_prompt_lookup_matches_python_l8_6():
@@ -137,8 +165,14 @@ def test_ngram_draft_hand_example():
 
 
 def cases_ngram_draft_matches_python_l8_6():
-    return [call(c["name"], ngram_draft, c["ctx"], c["k"], c["n"], expected=c["draft"], rule=NGRAM_RULE)
-            for c in golden("ngram")]
+    cases = [call(c["name"], ngram_draft, c["ctx"], c["k"], c["n"], expected=c["draft"], rule=NGRAM_RULE)
+             for c in golden("ngram")]
+    draws = drawn("ngram_draft_matches_python_l8_6")
+    for i in range(DRAWN_CASES if draws is not None else 0):
+        ctx, n, k = drawn_context(draws, 12), draws.randint(2, 5), draws.randint(1, 8)
+        cases.append(call(f"drawn-{i} (drawn when graded)", ngram_draft, ctx, k, n,
+                          expected=reference("spec").ngram_draft(ctx, k, n), rule=NGRAM_RULE))
+    return cases
 
 
 def test_ngram_draft_matches_python_l8_6():
@@ -349,8 +383,41 @@ def recorded_verify_case(c: dict) -> Case:
                        c["output"], c["seed"], {k: c["expect"][k] for k in VERIFY_KEYS}, rule)
 
 
+def drawn_verify_case(draws, i: int) -> Case:
+    """A round the reference verifies in the judge, drawn as the recorded ones are: their sampling
+    settings, a draft that agrees with the target for a while, the draft's own q or none (one-hot)."""
+    ref_spec, ref_sampling = reference("spec"), reference("sampling")
+    vocab, m = draws.choice([8, 16, 32]), draws.randint(0, 6)
+    gen = np.random.default_rng(draws.getrandbits(64))
+    rows = [(draws.choice([1.0, 2.5]) * gen.standard_normal(vocab)).astype(np.float32) for _ in range(m + 1)]
+    knobs = draws.choice([c["params"] for c in golden("verify")])
+    prompt = [draws.randrange(vocab) for _ in range(draws.randint(1, 6))]
+    output = [draws.randrange(vocab) for _ in range(draws.randint(0, 4))]
+    agree, draft = draws.randint(0, m), []
+    for j in range(m):
+        best = int(np.argmax(ref_sampling.apply_penalties(rows[j], ref_sampling.SamplingParams(**knobs), prompt,
+                                                          output + draft)))
+        draft.append(best if j < agree else draws.randrange(vocab))
+    probs = None
+    if draws.random() < 0.5:
+        probs = []
+        for d in draft:
+            q = gen.dirichlet(np.ones(vocab))
+            q[d] += 0.5
+            probs.append(q / q.sum())
+    seed = draws.getrandbits(64)
+    rng = ref_sampling.stream(seed)
+    v = ref_spec.verify_draft(rows, draft, probs, ref_sampling.SamplingParams(**knobs), prompt, output, rng)
+    expected = {"tokens": [int(t) for t in v.tokens], "n_accepted": int(v.n_accepted),
+                "logprobs": [float(x) for x in v.logprobs], "next_u32": int(rng.next_u32())}
+    return verify_case(f"drawn-{i} (drawn when graded)", rows, draft, probs, SamplingParams(**knobs), prompt,
+                       output, seed, expected, SAMPLED_RULE if knobs.get("temperature") else GREEDY_RULE)
+
+
 def cases_verify_matches_python_l8_6():
-    return [recorded_verify_case(c) for c in golden("verify")]
+    cases = [recorded_verify_case(c) for c in golden("verify")]
+    draws = drawn("verify_matches_python_l8_6")
+    return cases + [drawn_verify_case(draws, i) for i in range(DRAWN_CASES if draws is not None else 0)]
 
 
 def test_verify_matches_python_l8_6():
