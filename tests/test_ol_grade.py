@@ -287,3 +287,27 @@ def test_a_table_of_l10_8_s_public_cases_fails_the_cases_a_grading_draws(tmp_pat
     failed = {t["name"]: t["message"] for t in results["tests"] if t["status"] != "pass"}
     for test in tests:
         assert test in failed and "(drawn when graded)" in failed[test], failed
+
+
+def test_a_table_of_l10_10_s_recorded_steps_fails_the_steps_a_grading_draws(tmp_path):
+    """``adaptive_matches_recorded`` draws twelve steps when graded: a table of the 160 public ones
+    passes ``ol check`` and fails ``ol grade``."""
+    golden = json.loads((ROOT / "fixtures" / "L10.10" / "serve_golden.json").read_text())["adaptive"]
+    table = {json.dumps([c["lanes"], c["cost"]]): c["expect"] for c in golden}
+    workspace = tmp_path / "ws"
+    (workspace / "tinyllm").mkdir(parents=True)
+    (workspace / "tinyllm" / "serve.py").write_text(
+        (REFERENCE / "serve.py").read_text() + f"\n\nimport json as _json\nTABLE = {table!r}\n\n\n"
+        "def adaptive_ks(lanes, cost):\n"
+        "    key = [[[l.start, l.fixed, l.cap, [float(a) for a in l.rates]] for l in lanes],\n"
+        "           [list(cost.block_seconds), cost.row_seconds, cost.request_seconds, cost.draft_seconds]]\n"
+        "    return TABLE.get(_json.dumps(key), [0] * len(lanes))\n")
+    checked = ol("check", "L10.10", "--ref-deps", "-k", "adaptive_matches_recorded", workspace=workspace)
+    assert "pass     adaptive_matches_recorded" in checked.out, checked.text
+    out = tmp_path / "out"
+    ran = ol("grade", "L10.10", str(workspace), "--seed", "4242", "--out", str(out), "--timeout", "20",
+             "--limit", "200", limit=400)
+    assert ran.code == 0, ran.text
+    results = json.loads(next(out.glob("001-*.json")).read_text())
+    failed = {t["name"]: t["message"] for t in results["tests"] if t["status"] != "pass"}
+    assert "adaptive_matches_recorded" in failed and "(drawn when graded)" in failed["adaptive_matches_recorded"], failed

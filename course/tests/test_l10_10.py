@@ -8,7 +8,7 @@ so a request served in company can be compared with the same request served alon
 
 import random
 
-from graded import load_fixture
+from graded import drawn, load_fixture, reference
 from grader.cases import Case, call, check, raises
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.runner import RunnerTarget
@@ -212,8 +212,45 @@ def recorded_choice_case(c: dict) -> Case:
     return Case(c["name"], text, lambda: adaptive_ks(lanes, cost), c["expect"], CHOICE_RULE)
 
 
+DRAWN_STEPS = 12  # steps the recorded test draws when graded: a table of the public ones has no answer for them
+
+
+def drawn_rates(draws: random.Random) -> list[float]:
+    """An estimate as the fixture's oracle draws one: flat, falling with depth, or anything."""
+    kind = draws.randrange(3)
+    if kind == 0:
+        return [round(draws.uniform(0.05, 0.95), 4)] * MAX_DRAFT
+    if kind == 1:
+        top = draws.uniform(0.5, 0.98)
+        return [round(top * 0.93 ** j, 4) for j in range(MAX_DRAFT)]
+    return [round(draws.random(), 4) for _ in range(MAX_DRAFT)]
+
+
+def drawn_choice_case(draws: random.Random, i: int) -> Case:
+    """A step the reference's adaptive_ks answers in the judge, drawn as the recorded ones are."""
+    if i % 5 == 4:  # a busy pass on consecutive slots
+        base, n = draws.randrange(300), draws.randint(14, 32)
+        lanes = [[base + j, 1, draws.randint(0, MAX_DRAFT), drawn_rates(draws)] for j in range(n)]
+    else:
+        lanes = [[draws.randrange(300), draws.randint(2, 19) if draws.random() < 0.1 else 1,
+                  draws.randint(0, MAX_DRAFT), drawn_rates(draws)] for _ in range(draws.randint(1, 20))]
+    first = draws.uniform(0.5e-3, 0.12)
+    blocks, total = [], 0.0
+    for step in [first] + [draws.uniform(0.05, 1.2) * first for _ in range(3)]:
+        total += step
+        blocks.append(round(total, 6))
+    cost = [blocks, round(draws.uniform(0, 0.02) * first, 6), round(draws.uniform(0, 0.4) * first / 16, 6),
+            round(draws.uniform(0, 0.01) * first, 6)]
+    serve = reference("serve")
+    expect = serve.adaptive_ks([serve.Lane(*lane) for lane in lanes], serve.CostTable(tuple(cost[0]), *cost[1:]))
+    return recorded_choice_case({"name": f"drawn-{i} (drawn when graded)", "lanes": lanes, "cost": cost,
+                                 "expect": expect})
+
+
 def cases_adaptive_matches_recorded():
-    return [recorded_choice_case(c) for c in load_fixture(GOLDEN)["adaptive"]]
+    cases = [recorded_choice_case(c) for c in load_fixture(GOLDEN)["adaptive"]]
+    draws = drawn("adaptive_matches_recorded")
+    return cases + [drawn_choice_case(draws, i) for i in range(DRAWN_STEPS if draws is not None else 0)]
 
 
 def test_adaptive_matches_recorded():
