@@ -311,3 +311,34 @@ def test_a_table_of_l10_10_s_recorded_steps_fails_the_steps_a_grading_draws(tmp_
     results = json.loads(next(out.glob("001-*.json")).read_text())
     failed = {t["name"]: t["message"] for t in results["tests"] if t["status"] != "pass"}
     assert "adaptive_matches_recorded" in failed and "(drawn when graded)" in failed["adaptive_matches_recorded"], failed
+
+
+def test_a_table_of_l10_9_s_recorded_trees_fails_the_trees_a_grading_draws(tmp_path):
+    """L10.9's recorded shape and suffix-tree tests draw eight cases each when graded: a table of the
+    public ones passes ``ol check`` and fails ``ol grade``."""
+    golden = json.loads((ROOT / "fixtures" / "L10.9" / "trees_golden.json").read_text())
+    shapes = {tuple(c["parents"]): c["expect"] for c in golden["shape"]}
+    suffixes = {json.dumps([c["ctx"], c["pending"], c["k"], c["width"], c["max_ngram"], c["min_ngram"]]): c["expect"]
+                for c in golden["suffix_tree"]}
+    workspace = tmp_path / "ws"
+    (workspace / "tinyllm").mkdir(parents=True)
+    (workspace / "tinyllm" / "trees.py").write_text(
+        (REFERENCE / "trees.py").read_text() + f"\n\nimport json as _json\nSHAPES = {shapes!r}\nSUFFIXES = {suffixes!r}\n\n\n"
+        "def tree_depths(parents):\n"
+        "    return SHAPES.get(tuple(parents), {'depths': [0]})['depths']\n\n\n"
+        "def _propose(self, ctx, pending, k):\n"
+        "    want = SUFFIXES.get(_json.dumps([list(ctx), pending, k, self.width, self.max_ngram, self.min_ngram]))\n"
+        "    want = want or {'tokens': [pending], 'parents': [-1]}\n"
+        "    return DraftTree(want['tokens'], want['parents'])\n\n\n"
+        "SuffixTreeDrafter.propose = _propose\n")
+    tests = ["tree_shape_matches_recorded", "suffix_tree_matches_recorded"]
+    checked = ol("check", "L10.9", "--ref-deps", "-k", "matches_recorded", workspace=workspace)
+    assert all(f"pass     {t}" in checked.out for t in tests), checked.text
+    out = tmp_path / "out"
+    ran = ol("grade", "L10.9", str(workspace), "--seed", "31337", "--out", str(out), "--timeout", "20",
+             "--limit", "200", limit=400)
+    assert ran.code == 0, ran.text
+    results = json.loads(next(out.glob("001-*.json")).read_text())
+    failed = {t["name"]: t["message"] for t in results["tests"] if t["status"] != "pass"}
+    for test in tests:
+        assert test in failed and "(drawn when graded)" in failed[test], failed

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from graded import load_fixture
+from graded import drawn, load_fixture, reference
 from grader.cases import Case, chi2_quantile, call, check, each, raises
 from tinyllm.kvpool import KvPool
 from tinyllm.model import LlamaConfig, TinyLlama
@@ -91,8 +91,37 @@ def test_hand_example_tree_shape():
     check(cases_hand_example_tree_shape())
 
 
+# Cases a recorded test draws when graded (graded.drawn), answered by the reference in the judge:
+# every recorded case is public, and a table of them has no answer for these.
+DRAWN_CASES = 8
+
+
+def drawn_parents(draws, n: int) -> list[int]:
+    """A tree of ``n`` nodes flattened by depth, as the fixture's oracle draws one."""
+    depth_of, parents = [0], [-1]
+    while len(parents) < n:
+        last = max(depth_of)
+        layer = [i for i, d in enumerate(depth_of) if d == last]
+        for _ in range(draws.randint(1, 3)):
+            if len(parents) == n:
+                break
+            parents.append(draws.choice(layer))
+            depth_of.append(last + 1)
+    order = sorted(range(n), key=lambda i: (depth_of[i], parents[i], i))
+    index = {old: new for new, old in enumerate(order)}
+    return [-1] + [index[parents[i]] for i in order[1:]]
+
+
 def cases_tree_shape_matches_recorded():
-    return [shape_case(c["name"], c["start"], c["parents"], c["expect"]) for c in golden("shape")]
+    cases = [shape_case(c["name"], c["start"], c["parents"], c["expect"]) for c in golden("shape")]
+    draws = drawn("tree_shape_matches_recorded")
+    for i in range(DRAWN_CASES if draws is not None else 0):
+        parents, start = drawn_parents(draws, draws.randint(1, 12)), draws.randint(0, 39)
+        ref = reference("trees")
+        want = {"depths": ref.tree_depths(parents), "positions": ref.tree_positions(start, parents),
+                "paths": ref.tree_paths(parents), "mask": ref.tree_mask(parents).astype(int).tolist()}
+        cases.append(shape_case(f"drawn-{i} (drawn when graded)", start, parents, want))
+    return cases
 
 
 def test_tree_shape_matches_recorded():
@@ -175,8 +204,26 @@ def test_hand_example_suffix_tree():
 
 
 def cases_suffix_tree_matches_recorded():
-    return [suffix_case(c["name"], c["ctx"], c["pending"], c["k"], c["width"], c["expect"], c["max_ngram"],
-                        c["min_ngram"]) for c in golden("suffix_tree")]
+    cases = [suffix_case(c["name"], c["ctx"], c["pending"], c["k"], c["width"], c["expect"], c["max_ngram"],
+                         c["min_ngram"]) for c in golden("suffix_tree")]
+    draws = drawn("suffix_tree_matches_recorded")
+    for i in range(DRAWN_CASES if draws is not None else 0):
+        kind = i % 3
+        if kind == 0:  # periodic
+            text = ([draws.randrange(9) for _ in range(draws.randint(2, 5))] * 8)[:draws.randint(6, 29)]
+        elif kind == 1:  # a stem followed by several continuations
+            stem, text = [draws.randrange(9) for _ in range(draws.randint(1, 3))], []
+            for _ in range(draws.randint(2, 5)):
+                text += stem + [draws.randrange(9) for _ in range(draws.randint(1, 3))]
+            text += stem
+        else:  # noise
+            text = [draws.randrange(9) for _ in range(draws.randint(4, 24))]
+        k, width, max_ngram = draws.randint(0, 10), draws.randint(1, 5), draws.randint(1, 3)
+        min_ngram = draws.randint(1, max_ngram)
+        tree = reference("trees").SuffixTreeDrafter(k, width, max_ngram, min_ngram).propose(text[:-1], text[-1], k)
+        cases.append(suffix_case(f"drawn-{i} (drawn when graded)", text[:-1], text[-1], k, width, tree_shape(tree),
+                                 max_ngram, min_ngram))
+    return cases
 
 
 def test_suffix_tree_matches_recorded():
