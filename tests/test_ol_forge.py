@@ -200,9 +200,9 @@ def test_what_a_wrapped_model_counts_is_what_it_is_fed(tmp_path):
 
 
 # What the code under test may call on the objects the suites hand it: the Target protocols of
-# L10.8 and L10.9, a model's forward (and new_pool), a drafter's propose, a generator's next_f64.
-HANDED_METHODS = {"cached", "extend", "truncate", "release", "extend_tree", "keep_path", "forward", "new_pool",
-                  "propose", "next_f64"}
+# L10.8 and L10.9, a model's forward, forward_tree and new_pool, a drafter's propose, a generator's next_f64.
+HANDED_METHODS = {"cached", "extend", "truncate", "release", "extend_tree", "keep_path", "forward", "forward_tree",
+                  "new_pool", "propose", "next_f64"}
 
 
 def test_the_suites_objects_offer_the_code_under_test_only_their_protocol():

@@ -406,6 +406,19 @@ class RowCounter:
         return self.model.new_pool(num_blocks, block_tokens)
 
 
+def counted_step(server, model: RowCounter) -> tuple:
+    """A step's report and the rows its model was fed in it, counted where the test runs."""
+    before = model.rows
+    report = server.step()
+    return report, model.rows - before
+
+
+def wrapped_server(policy: Policy, **kwargs) -> tuple:
+    """A server on ``small()`` wrapped in a :class:`RowCounter`, placing admissions as it would unwrapped."""
+    model = RowCounter(small())
+    return Server(model, model.new_pool(64, 4), policy, place=not model.model.rows_alone, **kwargs), model
+
+
 def off_rows(batch: int) -> dict:
     calls = []
 
@@ -690,17 +703,17 @@ def prefix_rows(first: list[int], second: list[int], cache: bool = True) -> dict
     """Request A (``first``) runs one step alone; then B (``second``) arrives and both decode plainly
     (policy off, greedy, max_new 4). The rows fed in the first two steps, both outputs, and the free
     blocks at the end (a pool of 64 blocks of 4)."""
-    model = small()
-    server = Server(model, model.new_pool(64, 4), Policy("off"), max_batch=2, prefix_cache=cache)
+    server, model = wrapped_server(Policy("off"), max_batch=2, prefix_cache=cache)
     a = server.submit(first, GREEDY, max_new=4)
-    rows = [server.step().rows]
+    steps = [counted_step(server, model)]
     b = server.submit(second, GREEDY, max_new=4)
-    rows.append(server.step().rows)
+    steps.append(counted_step(server, model))
     stuck = drained(server, 2 * 5)
     if stuck:
         return {"stuck": stuck}
-    return {"rows of steps 1 and 2": rows, "tokens": [server.results[a].tokens, server.results[b].tokens],
-            "free blocks": server.pool.num_free()}
+    fed, reported = [rows for _, rows in steps], [report.rows for report, _ in steps]
+    return {"rows of steps 1 and 2": fed, "tokens": [server.results[a].tokens, server.results[b].tokens],
+            "free blocks": server.pool.num_free(), **({} if reported == fed else {"their reports' rows": reported})}
 
 
 def cases_prefix_cache_feeds_the_rest():
@@ -803,9 +816,8 @@ def one_served(policy: str, max_new: int, eos=(), listener: str = "goes on", dra
     more than asked for). Each step's (rows, blocks, the request's ks entry); the tokens, what the
     listener heard, and the stats."""
     drafters = {"sure": lambda ctx, k: [3] * k, "nothing": lambda ctx, k: [], "long": lambda ctx, k: [1] * (k + 3)}
-    model = small()
     kwargs = {} if drafter is None else {"drafter": drafters[drafter]}
-    server = Server(model, model.new_pool(64, 4), Policy.parse(policy), max_batch=1, cost=HAND_COST, **kwargs)
+    server, model = wrapped_server(Policy.parse(policy), max_batch=1, cost=HAND_COST, **kwargs)
     heard: list[int] = []
 
     def on_token(token, logprob):
@@ -817,8 +829,8 @@ def one_served(policy: str, max_new: int, eos=(), listener: str = "goes on", dra
     for _ in range(max_new + 1):  # a correct server ends it sooner
         if server.idle():
             break
-        report = server.step()
-        steps.append([report.rows, report.blocks, report.ks.get(rid)])
+        report, fed = counted_step(server, model)
+        steps.append([report.rows, report.blocks, report.ks.get(rid)] + ([] if fed == report.rows else [f"fed {fed}"]))
     if not server.idle():
         return {"stuck": f"not idle after {max_new + 1} steps: {still_held(server)}"}
     g = server.results[rid]
@@ -828,12 +840,11 @@ def one_served(policy: str, max_new: int, eos=(), listener: str = "goes on", dra
 
 def first_step_of_two(prompts: list[list[int]]) -> list:
     """Two prompts, plain decoding, one step: its (rows, blocks)."""
-    model = small()
-    server = Server(model, model.new_pool(64, 4), Policy("off"), max_batch=2)
+    server, model = wrapped_server(Policy("off"), max_batch=2)
     for i, prompt in enumerate(prompts):
         server.submit(prompt, GREEDY, seed=i, max_new=2)
-    report = server.step()
-    return [report.rows, report.blocks]
+    report, fed = counted_step(server, model)
+    return [report.rows, report.blocks] + ([] if fed == report.rows else [f"fed {fed}"])
 
 
 def drafts_after_quiet_steps() -> dict:

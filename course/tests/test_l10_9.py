@@ -240,6 +240,28 @@ def draft_model(vocab: int = 12) -> TinyLlama:
     return TinyLlama(model.config, {**model.weights, "tok_emb": model.weights["tok_emb"] * np.float32(0.2)})
 
 
+class PassCounter:
+    """A draft model that counts its passes where the test runs: what the drafter ran, not what it
+    says it ran. The code under test may read its ``config`` and call ``forward``, ``forward_tree``
+    and ``new_pool``."""
+
+    OFFERED_VALUES = ("config",)
+
+    def __init__(self, model: TinyLlama) -> None:
+        self.model, self.config, self.passes = model, model.config, 0
+
+    def forward(self, *args, **kwargs):
+        self.passes += 1
+        return self.model.forward(*args, **kwargs)
+
+    def forward_tree(self, *args, **kwargs):
+        self.passes += 1
+        return self.model.forward_tree(*args, **kwargs)
+
+    def new_pool(self, num_blocks: int, block_tokens: int):
+        return self.model.new_pool(num_blocks, block_tokens)
+
+
 def draft_answer(tree, passes) -> dict:
     return {"tokens": [int(t) for t in tree.tokens], "parents": [int(p) for p in tree.parents],
             "probs": None if tree.probs is None else
@@ -249,9 +271,10 @@ def draft_answer(tree, passes) -> dict:
 
 def drafted(params, k, seed, branch, ctx, pending, asked=None):
     """A fresh drafter of ``k`` tokens, asked for ``asked`` (``k`` unless given)."""
-    drafter = ModelDrafter(draft_model(), params, k, seed, branch)
+    model = PassCounter(draft_model())
+    drafter = ModelDrafter(model, params, k, seed, branch)
     tree = drafter.propose(ctx, pending, k if asked is None else asked)
-    return draft_answer(tree, drafter.passes)
+    return draft_answer(tree, model.passes)
 
 
 def drafted_twice(params, k, seed, branch, ctx, pending):

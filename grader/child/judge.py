@@ -945,7 +945,10 @@ def _public(name) -> str:
 
 def _getattr(target, args: list) -> tuple:
     """Only the public methods of a judge's object are reachable from the learner's side (a target's
-    ``cached``, ``extend``, ...); its data, the suite's record of what the code did, is not."""
+    ``cached``, ``extend``, ...); its data, the suite's record of what the code did, is not, but for
+    the attributes its class names in ``OFFERED_VALUES`` (a wrapped model's ``config``), sent as values."""
+    if type(args[0]) is str and args[0] in getattr(type(target), "OFFERED_VALUES", ()):
+        return ("ok", getattr(target, args[0]))
     name = _method(target, args[0])
     return ("method", defined_by_class(target, name))
 
