@@ -613,17 +613,46 @@ def test_eos_and_max_tokens_end_generation():
     check(cases_eos_and_max_tokens_end_generation())
 
 
+def drawn_request(draws, i: int) -> dict:
+    """A whole request on a TableTarget, drawn as the recorded ones are (their sampling settings,
+    repeated text or text the target writes itself), run by the reference in the judge."""
+    spec = {"vocab": draws.randint(6, 12), "seed": draws.randrange(10_000), "order": draws.choice([1, 2]),
+            "scale": draws.choice([3.0, 4.0, 6.0])}
+    vocab = spec["vocab"]
+    if i % 2:
+        prompt = ([draws.randrange(vocab) for _ in range(draws.randint(2, 4))] * 8)[:draws.randint(3, 16)]
+    else:  # text the target writes itself greedily: its drafts are mostly kept
+        prompt, target, length = [draws.randrange(vocab)], TableTarget(**spec), draws.randint(3, 16)
+        while len(prompt) < length:
+            prompt.append(int(np.argmax(target._logits_at(prompt))))
+    draft, k, params = draws.choice(list(Draft)).value, draws.randint(1, 8), draws.choice(
+        [c["params"] for c in golden("generate")])
+    seed, max_new = draws.getrandbits(64) if i % 3 == 1 else draws.randrange(1000), draws.randint(8, 40)
+    eos = [draws.randrange(vocab)] if i % 4 == 2 else []
+    spec_ref, sampling_ref = reference("spec"), reference("sampling")
+    target = TableTarget(**spec)
+    g = spec_ref.generate(target, spec_ref.SpecConfig(spec_ref.Draft(draft), k), prompt,
+                          sampling_ref.SamplingParams(**params), seed, max_new, eos)
+    return {"name": f"drawn-{i} (drawn when graded)", "target": spec, "prompt": prompt, "draft": draft, "k": k,
+            "params": params, "seed": seed, "max_new": max_new, "eos": eos,
+            "expect": {"tokens": [int(t) for t in g.tokens], "logprobs": [float(x) for x in g.logprobs],
+                       "drafted": g.stats.drafted, "accepted": g.stats.accepted,
+                       "target_calls": g.stats.target_calls, "cached": target.cached()}}
+
+
 def cases_sampled_generation_matches_python_l8_6():
     rule = (LOOP_RULE + "; one generator stream(seed) for the whole request; tokens and logprobs are the "
             "verifier's (2.2); SpecStats counts drafted and "
             "accepted draft tokens and target passes")
     cases = []
-    for c in golden("generate"):
+    draws = drawn("sampled_generation_matches_python_l8_6")
+    drawn_requests = [drawn_request(draws, i) for i in range(DRAWN_CASES if draws is not None else 0)]
+    for c in golden("generate") + drawn_requests:
         t = c["target"]
         cfg = SpecConfig(Draft(c["draft"]), c["k"])
         prm = SamplingParams(**c["params"])
         target_text = f"TableTarget({t['vocab']}, seed={t['seed']}, order={t['order']}, scale={t['scale']})"
-        want = c["expect"]
+        want = {**c["expect"], "passes": c["expect"]["target_calls"]}  # the passes the fake counts, as the stats say
 
         def run(t=t, cfg=cfg, c=c, prm=prm, want=want):
             target = TableTarget(t["vocab"], seed=t["seed"], order=t["order"], scale=t["scale"])
