@@ -270,18 +270,17 @@ def public_cases_only_spec() -> str:
             "    return _verify(rows, *args)\n")
 
 
-def test_a_table_of_l10_8_s_public_cases_fails_the_cases_a_grading_draws(tmp_path):
-    """L10.8's recorded tests also draw cases when graded (contexts and rounds as the fixture's
-    oracle draws them, answered by the reference in the judge): a table of the public cases passes
-    ``ol check`` and fails ``ol grade``."""
-    tests = ["prompt_lookup_matches_python_l8_6", "ngram_draft_matches_python_l8_6", "verify_matches_python_l8_6"]
+def passes_checked_fails_graded(tmp_path: Path, module: str, file: str, text: str, tests: list[str], seed: str) -> None:
+    """A submission whose ``file`` is ``text`` passes ``tests`` in ``ol check`` and fails each of them
+    in ``ol grade --seed seed`` on a case drawn when graded."""
     workspace = tmp_path / "ws"
     (workspace / "tinyllm").mkdir(parents=True)
-    (workspace / "tinyllm" / "spec.py").write_text(public_cases_only_spec())
-    checked = ol("check", "L10.8", "--ref-deps", "-k", "matches_python", workspace=workspace)
+    (workspace / "tinyllm" / file).write_text(text)
+    checked = ol("check", module, "--ref-deps", "-k", " or ".join(tests), workspace=workspace)
     assert all(f"pass     {t}" in checked.out for t in tests), checked.text
     out = tmp_path / "out"
-    ran = ol("grade", "L10.8", str(workspace), "--seed", "777", "--out", str(out), limit=300)
+    ran = ol("grade", module, str(workspace), "--seed", seed, "--out", str(out), "--timeout", "20", "--limit", "200",
+             limit=400)
     assert ran.code == 0, ran.text
     results = json.loads(next(out.glob("001-*.json")).read_text())
     failed = {t["name"]: t["message"] for t in results["tests"] if t["status"] != "pass"}
@@ -289,28 +288,26 @@ def test_a_table_of_l10_8_s_public_cases_fails_the_cases_a_grading_draws(tmp_pat
         assert test in failed and "(drawn when graded)" in failed[test], failed
 
 
+def test_a_table_of_l10_8_s_public_cases_fails_the_cases_a_grading_draws(tmp_path):
+    """L10.8's recorded tests also draw cases when graded (contexts and rounds as the fixture's
+    oracle draws them, answered by the reference in the judge): a table of the public cases passes
+    ``ol check`` and fails ``ol grade``."""
+    passes_checked_fails_graded(tmp_path, "L10.8", "spec.py", public_cases_only_spec(),
+                                ["prompt_lookup_matches_python_l8_6", "ngram_draft_matches_python_l8_6",
+                                 "verify_matches_python_l8_6"], "777")
+
+
 def test_a_table_of_l10_10_s_recorded_steps_fails_the_steps_a_grading_draws(tmp_path):
     """``adaptive_matches_recorded`` draws twelve steps when graded: a table of the 160 public ones
     passes ``ol check`` and fails ``ol grade``."""
     golden = json.loads((ROOT / "fixtures" / "L10.10" / "serve_golden.json").read_text())["adaptive"]
     table = {json.dumps([c["lanes"], c["cost"]]): c["expect"] for c in golden}
-    workspace = tmp_path / "ws"
-    (workspace / "tinyllm").mkdir(parents=True)
-    (workspace / "tinyllm" / "serve.py").write_text(
-        (REFERENCE / "serve.py").read_text() + f"\n\nimport json as _json\nTABLE = {table!r}\n\n\n"
-        "def adaptive_ks(lanes, cost):\n"
-        "    key = [[[l.start, l.fixed, l.cap, [float(a) for a in l.rates]] for l in lanes],\n"
-        "           [list(cost.block_seconds), cost.row_seconds, cost.request_seconds, cost.draft_seconds]]\n"
-        "    return TABLE.get(_json.dumps(key), [0] * len(lanes))\n")
-    checked = ol("check", "L10.10", "--ref-deps", "-k", "adaptive_matches_recorded", workspace=workspace)
-    assert "pass     adaptive_matches_recorded" in checked.out, checked.text
-    out = tmp_path / "out"
-    ran = ol("grade", "L10.10", str(workspace), "--seed", "4242", "--out", str(out), "--timeout", "20",
-             "--limit", "200", limit=400)
-    assert ran.code == 0, ran.text
-    results = json.loads(next(out.glob("001-*.json")).read_text())
-    failed = {t["name"]: t["message"] for t in results["tests"] if t["status"] != "pass"}
-    assert "adaptive_matches_recorded" in failed and "(drawn when graded)" in failed["adaptive_matches_recorded"], failed
+    text = ((REFERENCE / "serve.py").read_text() + f"\n\nimport json as _json\nTABLE = {table!r}\n\n\n"
+            "def adaptive_ks(lanes, cost):\n"
+            "    key = [[[l.start, l.fixed, l.cap, [float(a) for a in l.rates]] for l in lanes],\n"
+            "           [list(cost.block_seconds), cost.row_seconds, cost.request_seconds, cost.draft_seconds]]\n"
+            "    return TABLE.get(_json.dumps(key), [0] * len(lanes))\n")
+    passes_checked_fails_graded(tmp_path, "L10.10", "serve.py", text, ["adaptive_matches_recorded"], "4242")
 
 
 def test_a_table_of_l10_9_s_recorded_trees_fails_the_trees_a_grading_draws(tmp_path):
@@ -320,25 +317,14 @@ def test_a_table_of_l10_9_s_recorded_trees_fails_the_trees_a_grading_draws(tmp_p
     shapes = {tuple(c["parents"]): c["expect"] for c in golden["shape"]}
     suffixes = {json.dumps([c["ctx"], c["pending"], c["k"], c["width"], c["max_ngram"], c["min_ngram"]]): c["expect"]
                 for c in golden["suffix_tree"]}
-    workspace = tmp_path / "ws"
-    (workspace / "tinyllm").mkdir(parents=True)
-    (workspace / "tinyllm" / "trees.py").write_text(
-        (REFERENCE / "trees.py").read_text() + f"\n\nimport json as _json\nSHAPES = {shapes!r}\nSUFFIXES = {suffixes!r}\n\n\n"
-        "def tree_depths(parents):\n"
-        "    return SHAPES.get(tuple(parents), {'depths': [0]})['depths']\n\n\n"
-        "def _propose(self, ctx, pending, k):\n"
-        "    want = SUFFIXES.get(_json.dumps([list(ctx), pending, k, self.width, self.max_ngram, self.min_ngram]))\n"
-        "    want = want or {'tokens': [pending], 'parents': [-1]}\n"
-        "    return DraftTree(want['tokens'], want['parents'])\n\n\n"
-        "SuffixTreeDrafter.propose = _propose\n")
-    tests = ["tree_shape_matches_recorded", "suffix_tree_matches_recorded"]
-    checked = ol("check", "L10.9", "--ref-deps", "-k", "matches_recorded", workspace=workspace)
-    assert all(f"pass     {t}" in checked.out for t in tests), checked.text
-    out = tmp_path / "out"
-    ran = ol("grade", "L10.9", str(workspace), "--seed", "31337", "--out", str(out), "--timeout", "20",
-             "--limit", "200", limit=400)
-    assert ran.code == 0, ran.text
-    results = json.loads(next(out.glob("001-*.json")).read_text())
-    failed = {t["name"]: t["message"] for t in results["tests"] if t["status"] != "pass"}
-    for test in tests:
-        assert test in failed and "(drawn when graded)" in failed[test], failed
+    text = ((REFERENCE / "trees.py").read_text()
+            + f"\n\nimport json as _json\nSHAPES = {shapes!r}\nSUFFIXES = {suffixes!r}\n\n\n"
+            "def tree_depths(parents):\n"
+            "    return SHAPES.get(tuple(parents), {'depths': [0]})['depths']\n\n\n"
+            "def _propose(self, ctx, pending, k):\n"
+            "    want = SUFFIXES.get(_json.dumps([list(ctx), pending, k, self.width, self.max_ngram, self.min_ngram]))\n"
+            "    want = want or {'tokens': [pending], 'parents': [-1]}\n"
+            "    return DraftTree(want['tokens'], want['parents'])\n\n\n"
+            "SuffixTreeDrafter.propose = _propose\n")
+    passes_checked_fails_graded(tmp_path, "L10.9", "trees.py", text,
+                                ["tree_shape_matches_recorded", "suffix_tree_matches_recorded"], "31337")
