@@ -930,10 +930,24 @@ def conserved_request(request, prompt, cfg, max_new):
             "rejected": g.stats.drafted - g.stats.accepted, "emitted": len(g.tokens), "max_new": max_new}
 
 
+DRAWN_REQUESTS = 40  # requests a property test adds when graded, from a seed drawn then
+
+
+def random_requests(test: str, seed: int, count: int) -> list[tuple[int, np.random.Generator, str]]:
+    """``count`` requests drawn from ``seed`` (the public ones), then, when graded, ``DRAWN_REQUESTS``
+    more from a seed drawn then (graded.drawn): each (request id, the generator its draws come from,
+    a label suffix)."""
+    rng, draws = np.random.default_rng(seed), drawn(test)
+    requests = [(request, rng, "") for request in range(count)]
+    if draws is not None:
+        more = np.random.default_rng(draws.getrandbits(64))
+        requests += [(request, more, " (drawn when graded)") for request in range(count, count + DRAWN_REQUESTS)]
+    return requests
+
+
 def cases_blocks_conserved_across_rollbacks():
-    rng = np.random.default_rng(88)
     cases = []
-    for request in range(200):
+    for request, rng, drawn_label in random_requests("blocks_conserved_across_rollbacks", 88, 200):
         prompt = rng.integers(0, 5, size=int(rng.integers(1, 10))).tolist()
         cfg = SpecConfig([Draft.NGRAM, Draft.PROMPT_LOOKUP][request % 2], int(rng.integers(1, 9)))
         max_new = int(rng.integers(1, 13))
@@ -941,7 +955,7 @@ def cases_blocks_conserved_across_rollbacks():
                 f"{len(prompt)}); generate(target, SpecConfig(Draft.{cfg.draft.name}, {cfg.k}), {prompt}, "
                 f"SamplingParams(temperature=1.0), {request}, {max_new}, []); target.release()   "
                 "# CheckedTarget: course/tests/test_l10_8.py (ol shell has it)")
-        cases.append(Case(f"request {request}", text,
+        cases.append(Case(f"request {request}{drawn_label}", text,
                           lambda r=request, p=prompt, c=cfg, m=max_new: conserved_request(r, p, c, m),
                           {"leaked": 0}, ROLLBACK_RULE + "; after every round the blocks match the cached positions",
                           judge=judge_conserved))

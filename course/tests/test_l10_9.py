@@ -18,7 +18,7 @@ from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams, stream
 from tinyllm.trees import (DraftTree, ModelDrafter, PromptLookupDrafter, SuffixTreeDrafter, chain_tree, compact,
                            generate_tree, tree_depths, tree_mask, tree_paths, tree_positions, trie_tree, verify_tree)
-from test_l10_8 import GREEDY, f32_row, f64_row, judge_stream, params_text, plain_greedy, rows_text
+from test_l10_8 import GREEDY, f32_row, f64_row, judge_stream, params_text, plain_greedy, random_requests, rows_text
 from tree_fakes import Script, TreeCycleTarget, TreeTableTarget
 
 GOLDEN = "L10.9/trees_golden.json"
@@ -753,15 +753,14 @@ def conserved_request(request: int, prompt, k, width, max_new):
 
 
 def cases_blocks_conserved_across_tree_rounds():
-    rng = np.random.default_rng(99)
     cases = []
-    for request in range(150):
+    for request, rng, drawn_label in random_requests("blocks_conserved_across_tree_rounds", 99, 150):
         prompt = (rng.integers(0, 5, size=int(rng.integers(1, 4))).tolist() * 5)[:int(rng.integers(1, 12))]
         k, width, max_new = int(rng.integers(1, 11)), int(rng.integers(1, 5)), int(rng.integers(1, 16))
         text = (f"target = TreeTableTarget(5, {request}, order=2, scale=1.0); generate_tree(target, "
                 f"SuffixTreeDrafter({k}, {width}), {prompt}, SamplingParams(temperature=1.0), {request}, {max_new}, "
                 "[]); target.release()   # conserved_request() in course/tests/test_l10_9.py (ol shell has it)")
-        cases.append(Case(f"request {request}", text,
+        cases.append(Case(f"request {request}{drawn_label}", text,
                           lambda a=(request, prompt, k, width, max_new): conserved_request(*a),
                           {"leaked": 0, "cache holds the emitted text": True},
                           COMPACT_RULE + "; after every round the blocks and fills match the cached positions",
