@@ -328,3 +328,17 @@ def test_a_table_of_l10_9_s_recorded_trees_fails_the_trees_a_grading_draws(tmp_p
             "SuffixTreeDrafter.propose = _propose\n")
     passes_checked_fails_graded(tmp_path, "L10.9", "trees.py", text,
                                 ["tree_shape_matches_recorded", "suffix_tree_matches_recorded"], "31337")
+
+
+def test_every_test_that_draws_names_itself_where_the_diagnosis_finds_it():
+    """The diagnosis keeps a drawing test's answers apart for each grading's seed, and it finds the
+    drawing tests by their ``drawn("<test>")`` calls: a draw reached another way would leave one
+    seed's answers where ``ol check``'s are kept."""
+    from grader.layout.catalog import load_catalog
+    from grader.verdict.diagnose import drawing_tests
+
+    for module in load_catalog().modules.values():
+        text = module.suite.read_text()
+        calls = re.findall(r"\bdrawn\(([^)]*)\)", text)
+        assert all(re.fullmatch(r'"\w+"', c) for c in calls), f"{module.suite.name}: drawn({calls})"
+        assert drawing_tests(module) <= set(module.test_names), module.id

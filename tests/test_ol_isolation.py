@@ -158,3 +158,15 @@ def test_a_write_into_a_learner_objects_array_is_made_in_that_object(tmp_path):
         ran = ol("check", "L10.1", *isolated, "-k", "kvpool_kv_storage", workspace=ws, limit=300)
         assert ran.code == 1, ran.text
         assert "kvpool_kv_storage  case 'writing k leaves v zero': 2 of 3 cases fail" in ran.out, ran.out
+
+
+def test_an_error_a_fake_raised_into_the_code_comes_back_as_itself(tmp_path):
+    """A fake target's own error (L10.9's ``KvCorrupt``), raised into the code under test and back out
+    of it, is the suite's class in the judge: its message is shown and the hint is the pitfall's, as
+    in process (it was refused as a module not of the package's, and the hint lost)."""
+    put_reference(tmp_path, "trees.py")
+    edit(tmp_path / "tinyllm" / "trees.py", "    return rollback(pool, table, start + len(path))\n",
+         "    del table[-(-(start + len(path)) // bt):]\n    return 0\n")
+    ran = ol("check", "L10.9", "--ref-deps", "--isolate", workspace=tmp_path, limit=240)
+    assert ran.code == 1 and "raises KvCorrupt: " in ran.out and "LearnerGone" not in ran.out, ran.out
+    assert 'Hint: pitfall t06, "Dropping the other nodes' in ran.out, ran.out

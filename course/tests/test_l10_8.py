@@ -933,11 +933,11 @@ def conserved_request(request, prompt, cfg, max_new):
 DRAWN_REQUESTS = 40  # requests a property test adds when graded, from a seed drawn then
 
 
-def random_requests(test: str, seed: int, count: int) -> list[tuple[int, np.random.Generator, str]]:
-    """``count`` requests drawn from ``seed`` (the public ones), then, when graded, ``DRAWN_REQUESTS``
-    more from a seed drawn then (graded.drawn): each (request id, the generator its draws come from,
-    a label suffix)."""
-    rng, draws = np.random.default_rng(seed), drawn(test)
+def random_requests(draws, seed: int, count: int) -> list[tuple[int, np.random.Generator, str]]:
+    """``count`` requests drawn from ``seed`` (the public ones), then, when graded (``draws``, the
+    test's graded.drawn), ``DRAWN_REQUESTS`` more from a seed drawn then: each (request id, the
+    generator its draws come from, a label suffix)."""
+    rng = np.random.default_rng(seed)
     requests = [(request, rng, "") for request in range(count)]
     if draws is not None:
         more = np.random.default_rng(draws.getrandbits(64))
@@ -947,7 +947,7 @@ def random_requests(test: str, seed: int, count: int) -> list[tuple[int, np.rand
 
 def cases_blocks_conserved_across_rollbacks():
     cases = []
-    for request, rng, drawn_label in random_requests("blocks_conserved_across_rollbacks", 88, 200):
+    for request, rng, drawn_label in random_requests(drawn("blocks_conserved_across_rollbacks"), 88, 200):
         prompt = rng.integers(0, 5, size=int(rng.integers(1, 10))).tolist()
         cfg = SpecConfig([Draft.NGRAM, Draft.PROMPT_LOOKUP][request % 2], int(rng.integers(1, 9)))
         max_new = int(rng.integers(1, 13))

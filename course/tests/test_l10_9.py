@@ -498,8 +498,43 @@ def recorded_verify_case(c: dict) -> Case:
                        GREEDY_RULE if params.temperature == 0 else SAMPLED_RULE)
 
 
+def drawn_verify_case(draws, i: int) -> Case:
+    """A tree round the reference verifies in the judge, drawn as the recorded ones are: their
+    sampling settings, a chain or a tree, some nodes with a q, some the target's own argmax."""
+    trees, vocab = reference("trees"), 8
+    gen = np.random.default_rng(draws.getrandbits(64))
+    n = draws.randint(1, 8)
+    parents = list(range(-1, n - 1)) if i % 2 else drawn_parents(draws, n)
+    rows = (2.0 * gen.standard_normal((n, vocab))).astype(np.float32)
+    params = draws.choice([c["params"] for c in golden("verify")])
+    tokens, probs = [draws.randrange(vocab)], [None]
+    for j in range(1, n):
+        q = gen.dirichlet(np.ones(vocab)) if params.get("temperature") and draws.random() < 0.5 else None
+        if q is not None:
+            token = int(np.argmax(q)) if draws.random() < 0.5 else int(gen.choice(vocab, p=q))
+        else:
+            token = int(np.argmax(rows[parents[j]])) if draws.random() < 0.6 else draws.randrange(vocab)
+        tokens.append(token)
+        probs.append(q)
+    has_q = any(q is not None for q in probs)
+    prompt = [draws.randrange(vocab) for _ in range(draws.randint(0, 4))]
+    output = [draws.randrange(vocab) for _ in range(draws.randint(0, 3))]
+    seed = draws.getrandbits(64)
+    rng = reference("sampling").stream(seed)
+    v = trees.verify_tree(list(rows), trees.DraftTree(tokens, parents, probs if has_q else None),
+                          reference("sampling").SamplingParams(**params), prompt, output, rng)
+    want = {"tokens": [int(t) for t in v.tokens], "path": [int(j) for j in v.path],
+            "logprobs": [float(x) for x in v.logprobs], "draws": int(rng.next_u32())}
+    prm = SamplingParams(**params)
+    return verify_case(f"drawn-{i} (drawn when graded)", list(rows), DraftTree(tokens, parents, probs if has_q else None),
+                       prm, prompt, output, f"stream({seed})", lambda: stream(seed), want,
+                       GREEDY_RULE if prm.temperature == 0 else SAMPLED_RULE)
+
+
 def cases_verify_tree_matches_recorded():
-    return [recorded_verify_case(c) for c in golden("verify")]
+    cases = [recorded_verify_case(c) for c in golden("verify")]
+    draws = drawn("verify_tree_matches_recorded")
+    return cases + [drawn_verify_case(draws, i) for i in range(DRAWN_CASES if draws is not None else 0)]
 
 
 def test_verify_tree_matches_recorded():
@@ -754,7 +789,7 @@ def conserved_request(request: int, prompt, k, width, max_new):
 
 def cases_blocks_conserved_across_tree_rounds():
     cases = []
-    for request, rng, drawn_label in random_requests("blocks_conserved_across_tree_rounds", 99, 150):
+    for request, rng, drawn_label in random_requests(drawn("blocks_conserved_across_tree_rounds"), 99, 150):
         prompt = (rng.integers(0, 5, size=int(rng.integers(1, 4))).tolist() * 5)[:int(rng.integers(1, 12))]
         k, width, max_new = int(rng.integers(1, 11)), int(rng.integers(1, 5)), int(rng.integers(1, 16))
         text = (f"target = TreeTableTarget(5, {request}, order=2, scale=1.0); generate_tree(target, "

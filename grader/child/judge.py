@@ -501,12 +501,29 @@ def _error_class(module: str, qualname: str, base: str) -> type:
 
 def _exception(raised) -> BaseException:
     module, qualname, base, message = _strings(raised, 4)
+    own = _suite_error(module, qualname)
+    if own is not None:
+        return own(message)
     module, qualname = _path(module, qualname, error=True)
     if module == "builtins" and base == qualname:
         cls = getattr(__import__("builtins"), qualname, Exception)
         if isinstance(cls, type) and issubclass(cls, Exception):
             return cls(message)
     return _error_class(module, qualname, base)(message)
+
+
+def _suite_error(module: str, qualname: str) -> type | None:
+    """The suite's own exception class, where one the judge raised into the code under test (a fake
+    target's ``KvCorrupt``) comes back: a module the judge has loaded from the suites' folder, found
+    in ``sys.modules`` and never imported by name."""
+    graded, loaded = sys.modules.get("graded"), sys.modules.get(module)
+    if graded is None or loaded is None or not qualname.isidentifier():
+        return None
+    here = getattr(loaded, "__file__", None)
+    if not here or Path(here).resolve().parent != Path(graded.__file__).resolve().parent:
+        return None
+    cls = loaded.__dict__.get(qualname)
+    return cls if isinstance(cls, type) and issubclass(cls, Exception) else None
 
 
 def _strings(value, n: int) -> list[str]:
