@@ -517,8 +517,8 @@ def _suite_error(module: str, qualname: str) -> type | None:
     target's ``KvCorrupt``) comes back: a module the judge has loaded from the suites' folder, found
     in ``sys.modules`` and never imported by name."""
     graded, loaded = sys.modules.get("graded"), sys.modules.get(module)
-    if graded is None or loaded is None or not qualname.isidentifier():
-        return None
+    if graded is None or loaded is None or loaded is graded or not qualname.isidentifier():
+        return None  # graded's errors (a fixture's) are the judge's alone
     here = getattr(loaded, "__file__", None)
     if not here or Path(here).resolve().parent != Path(graded.__file__).resolve().parent:
         return None
