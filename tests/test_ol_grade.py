@@ -11,6 +11,7 @@ import shutil
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from ol_helpers import REFERENCE, ROOT, daemons_left, ol
 
@@ -270,12 +271,15 @@ def public_cases_only_spec() -> str:
             "    return _verify(rows, *args)\n")
 
 
-def passes_checked_fails_graded(tmp_path: Path, module: str, file: str, text: str, tests: list[str], seed: str) -> None:
-    """A submission whose ``file`` is ``text`` passes ``tests`` in ``ol check`` and fails each of them
-    in ``ol grade --seed seed`` on a case drawn when graded."""
+def passes_checked_fails_graded(tmp_path: Path, module: str, file: str, text: str, tests: list[str], seed: str,
+                                copied: tuple[str, ...] = ()) -> None:
+    """A submission whose ``file`` is ``text`` (and the reference's ``copied`` files) passes ``tests``
+    in ``ol check`` and fails each of them in ``ol grade --seed seed`` on a case drawn when graded."""
     workspace = tmp_path / "ws"
     (workspace / "tinyllm").mkdir(parents=True)
     (workspace / "tinyllm" / file).write_text(text)
+    for name in copied:
+        shutil.copyfile(REFERENCE / name, workspace / "tinyllm" / name)
     checked = ol("check", module, "--ref-deps", "-k", " or ".join(tests), workspace=workspace)
     assert all(f"pass     {t}" in checked.out for t in tests), checked.text
     out = tmp_path / "out"
@@ -295,6 +299,22 @@ def test_a_table_of_l10_8_s_public_cases_fails_the_cases_a_grading_draws(tmp_pat
     passes_checked_fails_graded(tmp_path, "L10.8", "spec.py", public_cases_only_spec(),
                                 ["prompt_lookup_matches_python_l8_6", "ngram_draft_matches_python_l8_6",
                                  "verify_matches_python_l8_6"], "777")
+
+
+def test_a_table_of_the_sampler_s_recorded_cases_fails_the_cases_a_grading_draws(tmp_path):
+    """``sampler_matches_golden`` draws twelve cases when graded: a sampler that answers the 120
+    public ones from a table passes ``ol check`` and fails ``ol grade``."""
+    golden = json.loads((ROOT / "fixtures" / "L10.1" / "sampler_golden.json").read_text())["sampling"]
+    table = {json.dumps([np.float32(c["logits"]).tolist(), c["prompt"], c["output"], sorted(c["params"].items())]): c["distribution"]
+             for c in golden}
+    text = ((REFERENCE / "sampling.py").read_text() + f"\n\nimport json as _json\nTABLE = {table!r}\n\n\n"
+            "def distribution(logits, params, prompt, output):\n"
+            "    key = [[float(x) for x in logits], list(prompt), list(output),\n"
+            "           sorted((n, getattr(params, n)) for n in params.__dataclass_fields__)]\n"
+            "    want = TABLE.get(_json.dumps(key))\n"
+            "    return np.array(want) if want else np.full(len(logits), 1 / len(logits))\n")
+    passes_checked_fails_graded(tmp_path, "L10.1", "sampling.py", text, ["sampler_matches_golden"], "2718",
+                                copied=("pcg32.py", "kvpool.py"))
 
 
 def test_a_table_of_l10_10_s_recorded_steps_fails_the_steps_a_grading_draws(tmp_path):

@@ -27,6 +27,7 @@ from tinyllm.sampling import (SamplingParams, apply_penalties, argmax, distribut
 
 GOLDEN = "L10.1/sampler_golden.json"
 DRAWN_STREAMS = 3  # streams a grading draws for pcg32_matches_golden_streams (graded.drawn)
+DRAWN_SAMPLES = 12  # sampler cases a grading draws for sampler_matches_golden
 
 # The first six outputs of the PCG paper's pcg32-demo for seed 42, stream 54.
 DEMO = [0xA15C02B7, 0x7B47F409, 0xBA1D3330, 0x83D2F293, 0xBFA4784B, 0xCBED606E]
@@ -724,18 +725,68 @@ def judge_golden(got, want) -> str | None:
     return None
 
 
+def golden_sampling_case(label: str, c: dict) -> Case:
+    """A sampler case from a record shaped as the fixture's (``oracle/L10.1/sampler_golden.py``)."""
+    prm = params(**{**PARAM_DEFAULTS, **c["params"]})
+    skip = f"[rng.next_u32() for _ in range({c['skip']})]; " if c["skip"] else ""
+    text = (f"logits = {f32(c['logits'])}; prm = {prm}; d = distribution(logits, prm, {c['prompt']}, {c['output']}); "
+            f"rng = stream({c['seed']}); {skip}token, logprob = sample(logits, prm, {c['prompt']}, {c['output']}, rng); "
+            "{'kept': np.flatnonzero(d > 0).tolist(), 'distribution': d.tolist(), 'token': token, "
+            "'logprob': logprob, 'next_u32': rng.next_u32()}")
+    want = {"kept": [i for i, p in enumerate(c["distribution"]) if p > 0], "distribution": c["distribution"],
+            "token": c["token"], "logprob": c["logprob"], "next_u32": c["next_u32"]}
+    return case(label, text, want, GOLDEN_RULE, judge=judge_golden)
+
+
+# A sampler case a grading draws (graded.drawn), drawn as the oracle draws the fixture's and answered by
+# the reference in the judge: the fixture is public, and a table of it has no answer for these.
+GOLDEN_KINDS = ("greedy", "temperature", "top_k", "top_p", "min_p", "everything")
+
+
+def drawn_sampling_record(draws, i: int) -> dict:
+    kind = GOLDEN_KINDS[i % len(GOLDEN_KINDS)]
+    vocab = draws.randint(2, 48)
+    style = draws.randrange(3)
+    if style == 0:
+        scale = draws.choice((1.0, 3.0, 8.0))
+        raw = [scale * (sum(draws.random() for _ in range(4)) - 2.0) for _ in range(vocab)]
+    elif style == 1:  # a half-unit grid: ties are common
+        raw = [draws.randint(-8, 8) / 2 for _ in range(vocab)]
+    else:  # all negative, where a wrong repetition penalty shows
+        raw = [-0.25 - 6.0 * draws.random() for _ in range(vocab)]
+    logits = np.array(raw, dtype=np.float32)
+    top = [int(t) for t in np.argsort(-logits, kind="stable")[:3]]
+    prompt, output = ([draws.choice(top) if draws.randrange(2) else draws.randrange(vocab)
+                       for _ in range(draws.randint(0, most))] for most in (12, 16))
+    knobs = {"repetition_penalty": draws.choice((1.0, 1.1, 1.3, 0.8, 2.0)),
+             "presence_penalty": draws.choice((0.0, 0.5, -0.3, 1.0)),
+             "frequency_penalty": draws.choice((0.0, 0.2, 0.7, -0.1))}
+    if kind != "greedy":
+        knobs["temperature"] = draws.choice((0.3, 0.7, 1.0, 1.3, 2.0))
+    if kind in ("top_k", "everything"):
+        knobs["top_k"] = draws.choice((1, 2, 3, 5, 10, vocab, vocab + 5))
+    if kind in ("top_p", "everything"):
+        knobs["top_p"] = draws.choice((0.3, 0.5, 0.8, 0.9, 0.95))
+    if kind in ("min_p", "everything"):
+        knobs["min_p"] = draws.choice((0.02, 0.05, 0.1, 0.3, 0.6))
+    seed, skip = draws.getrandbits(64) if draws.randrange(4) else draws.randrange(1000), draws.randrange(4)
+    sampling = reference("sampling")
+    prm = sampling.SamplingParams(**knobs)
+    rng = sampling.stream(seed)
+    for _ in range(skip):
+        rng.next_u32()
+    token, logprob = sampling.sample(logits, prm, prompt, output, rng)
+    return {"kind": kind, "logits": [float(v) for v in logits], "prompt": prompt, "output": output, "params": knobs,
+            "seed": seed, "skip": skip, "distribution": sampling.distribution(logits, prm, prompt, output).tolist(),
+            "token": token, "logprob": logprob, "next_u32": rng.next_u32()}
+
+
 def cases_sampler_matches_golden():
-    cases = []
-    for c in load_fixture(GOLDEN)["sampling"]:
-        prm = params(**{**PARAM_DEFAULTS, **c["params"]})
-        skip = f"[rng.next_u32() for _ in range({c['skip']})]; " if c["skip"] else ""
-        text = (f"logits = {f32(c['logits'])}; prm = {prm}; d = distribution(logits, prm, {c['prompt']}, {c['output']}); "
-                f"rng = stream({c['seed']}); {skip}token, logprob = sample(logits, prm, {c['prompt']}, {c['output']}, rng); "
-                "{'kept': np.flatnonzero(d > 0).tolist(), 'distribution': d.tolist(), 'token': token, "
-                "'logprob': logprob, 'next_u32': rng.next_u32()}")
-        want = {"kept": [i for i, p in enumerate(c["distribution"]) if p > 0], "distribution": c["distribution"],
-                "token": c["token"], "logprob": c["logprob"], "next_u32": c["next_u32"]}
-        cases.append(case(f"#{c['id']} {c['kind']}", text, want, GOLDEN_RULE, judge=judge_golden))
+    cases = [golden_sampling_case(f"#{c['id']} {c['kind']}", c) for c in load_fixture(GOLDEN)["sampling"]]
+    draws = drawn("sampler_matches_golden")
+    for i in range(DRAWN_SAMPLES if draws is not None else 0):
+        c = drawn_sampling_record(draws, i)
+        cases.append(golden_sampling_case(f"drawn-{i} {c['kind']} (drawn when graded)", c))
     return cases
 
 
@@ -1003,12 +1054,16 @@ def seeded_ops(seed: int) -> list[tuple[str, int]]:
 
 
 def cases_kvpool_conserves_blocks():
-    ops = seeded_ops(11)
-    return [Case(f"{CONSERVE_STEPS} seeded steps",
-                 "pool_steps(seeded_ops(11))   # both in course/tests/test_l10_1.py: KvPool(8, 4) beside a model "
-                 "of its refcounts, checked after every step", lambda: pool_steps(ops), "all agree",
-                 "card 2.4: after every allocate, retain and release, num_free is num_blocks minus the held blocks, "
-                 "each refcount is its number of owners, and no held block is handed out again", judge=judge_steps)]
+    rule = ("card 2.4: after every allocate, retain and release, num_free is num_blocks minus the held blocks, "
+            "each refcount is its number of owners, and no held block is handed out again")
+    note = "   # both in course/tests/test_l10_1.py: KvPool(8, 4) beside a model of its refcounts, checked after every step"
+    seeds = [(11, "")]
+    draws = drawn("kvpool_conserves_blocks")
+    if draws is not None:  # graded: steps no submission can know ahead
+        seeds.append((draws.randrange(2**32), " (drawn when graded)"))
+    return [Case(f"{CONSERVE_STEPS} seeded steps{label}", f"pool_steps(seeded_ops({seed})){note}",
+                 lambda ops=seeded_ops(seed): pool_steps(ops), "all agree", rule, judge=judge_steps)
+            for seed, label in seeds]
 
 
 def test_kvpool_conserves_blocks():
