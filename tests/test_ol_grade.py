@@ -350,6 +350,24 @@ def test_a_table_of_l10_9_s_recorded_trees_fails_the_trees_a_grading_draws(tmp_p
                                 ["tree_shape_matches_recorded", "suffix_tree_matches_recorded"], "31337")
 
 
+@pytest.mark.parametrize("module, files, seed", [
+    ("L10.1", ("pcg32.py", "sampling.py", "kvpool.py"), "101"), ("L10.8", ("spec.py",), "808"),
+    ("L10.9", ("trees.py",), "909"), ("L10.10", ("serve.py",), "1010")])
+def test_the_reference_passes_every_test_graded(tmp_path, module, files, seed):
+    """Graded, the tests add cases drawn then, answered by the reference in the judge: the reference's
+    own files pass every one (a drawn case the card's rule does not fix would fail it here)."""
+    workspace = tmp_path / "ws"
+    (workspace / "tinyllm").mkdir(parents=True)
+    for name in files:
+        shutil.copyfile(REFERENCE / name, workspace / "tinyllm" / name)
+    out = tmp_path / "out"
+    ran = ol("grade", module, str(workspace), "--seed", seed, "--out", str(out), limit=400)
+    assert ran.code == 0, ran.text
+    results = json.loads(next(out.glob("001-*.json")).read_text())
+    failed = {t["name"]: t["message"] for t in results["tests"] if t["status"] != "pass"}
+    assert not failed and results["tests"], failed
+
+
 def test_every_test_that_draws_names_itself_where_the_diagnosis_finds_it():
     """The diagnosis keeps a drawing test's answers apart for each grading's seed, and it finds the
     drawing tests by their ``drawn("<test>")`` calls: a draw reached another way would leave one

@@ -106,6 +106,7 @@ def test_hand_example_prompt_lookup():
 # Cases a recorded test draws when graded (graded.drawn), their answers the reference's: every
 # recorded case is public, and a table of them has no answer for these.
 DRAWN_CASES = 8
+DRAWN_GREEDY = 2  # requests greedy_spec_equals_greedy_without_spec draws, each under every draft
 
 
 def drawn_context(draws, vocab: int) -> list[int]:
@@ -506,24 +507,50 @@ def greedy_judge(want_tokens, budget, passes_rule):
     return judge
 
 
+def drawn_greedy_request(draws) -> tuple:
+    """A request for greedy_spec_equals_greedy_without_spec a grading draws: text a TableTarget(12)
+    writes itself (its drafts mostly kept), greedy or with the penalties the fixed ones use."""
+    seed = draws.randrange(10_000)
+    prompt, writer, length = [draws.randrange(12)], TableTarget(12, seed=seed), draws.randint(4, 14)
+    while len(prompt) < length:
+        prompt.append(int(np.argmax(writer._logits_at(prompt))))
+    prm = draws.choice([GREEDY, SamplingParams(repetition_penalty=1.3, frequency_penalty=0.2)])
+    return prompt, draws.randint(12, 40), seed, prm, draws.randint(1, 6), " (drawn when graded)"
+
+
+def reference_lookup_passes(seed: int, k: int, prompt, max_new: int) -> int:
+    """The target passes the reference's greedy prompt lookup takes for a request, worked out in the judge."""
+    spec_ref, sampling_ref = reference("spec"), reference("sampling")
+    target = TableTarget(12, seed=seed)
+    spec_ref.generate(target, spec_ref.SpecConfig(spec_ref.Draft.PROMPT_LOOKUP, k), prompt, sampling_ref.SamplingParams(),
+                      0, max_new, [])
+    return target.calls
+
+
 def cases_greedy_spec_equals_greedy_without_spec():
     cases = []
-    for prompt, max_new, seed, prm, k in [(p, 40, 1, GREEDY, 4) for p in GEN_PROMPTS] + \
-            [(p, 30, 5, SamplingParams(repetition_penalty=1.3, frequency_penalty=0.2), 3) for p in GEN_PROMPTS]:
+    requests = [(p, 40, 1, GREEDY, 4, "") for p in GEN_PROMPTS] + \
+        [(p, 30, 5, SamplingParams(repetition_penalty=1.3, frequency_penalty=0.2), 3, "") for p in GEN_PROMPTS]
+    draws = drawn("greedy_spec_equals_greedy_without_spec")
+    requests += [drawn_greedy_request(draws) for _ in range(DRAWN_GREEDY if draws is not None else 0)]
+    for prompt, max_new, seed, prm, k, drawn_label in requests:
         want = plain_greedy(TableTarget(12, seed=seed), prompt, prm, max_new)
         budget = len(prompt) + max_new - 1
         for draft in Draft:
             cfg = SpecConfig(draft, k)
+            # a drawn request's lookup need not find anything: it must save a pass where the reference's does
+            saves = draft is Draft.PROMPT_LOOKUP and prm is GREEDY and \
+                (not drawn_label or reference_lookup_passes(seed, k, prompt, max_new) < max_new)
 
-            def passes_rule(calls, draft=draft, max_new=max_new, prm=prm):
+            def passes_rule(calls, draft=draft, max_new=max_new, saves=saves):
                 if draft is Draft.NONE and calls != max_new:
                     return f"{calls} target passes without a draft; one per token is {max_new}"
-                if draft is Draft.PROMPT_LOOKUP and prm is GREEDY and calls >= max_new:
+                if saves and calls >= max_new:
                     return f"prompt lookup saved no target pass ({calls} for {max_new} tokens)"
                 return None
 
             cases.append(Case(
-                f"{draft.value} k={k} prompt {prompt}{' with penalties' if prm is not GREEDY else ''}",
+                f"{draft.value} k={k} prompt {prompt}{' with penalties' if prm is not GREEDY else ''}{drawn_label}",
                 generation_text(f"TableTarget(12, seed={seed})", cfg, prompt, prm, 0, max_new, []),
                 lambda p=prompt, c=cfg, s=seed, m=max_new, r=prm: generation(TableTarget(12, seed=s), c, p, r, 0, m, []),
                 {"tokens": want, "cached": budget}, LOOP_RULE + "; greedy output never changes",
