@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import csv
 import hashlib
 import json
@@ -370,8 +371,8 @@ def test_the_reference_passes_every_test_graded(tmp_path, module, files, seed):
 
 def test_every_test_that_draws_names_itself_where_the_diagnosis_finds_it():
     """The diagnosis keeps a drawing test's answers apart for each grading's seed, and it finds the
-    drawing tests by their ``drawn("<test>")`` calls: a draw reached another way would leave one
-    seed's answers where ``ol check``'s are kept."""
+    drawing tests by their ``drawn("<test>")`` calls, each in its ``cases_<test>()``: a draw reached
+    another way would leave one seed's answers where ``ol check``'s are kept."""
     from grader.layout.catalog import load_catalog
     from grader.verdict.diagnose import drawing_tests
 
@@ -380,3 +381,11 @@ def test_every_test_that_draws_names_itself_where_the_diagnosis_finds_it():
         calls = re.findall(r"\bdrawn\(([^)]*)\)", text)
         assert all(re.fullmatch(r'"\w+"', c) for c in calls), f"{module.suite.name}: drawn({calls})"
         assert drawing_tests(module) <= set(module.test_names), module.id
+        # the diagnosis answers a test's cases as cases_<test>() builds them: a draw made elsewhere (in
+        # test_<test>(), say) is checked but never compared with the pitfalls', and its hint is lost
+        for function in ast.parse(text).body:
+            if isinstance(function, ast.FunctionDef):
+                for node in ast.walk(function):
+                    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "drawn":
+                        assert function.name == f"cases_{node.args[0].value}", \
+                            f"{module.suite.name}: drawn({node.args[0].value!r}) in {function.name}()"

@@ -6,6 +6,7 @@ through ``tinyllm.*``; the model is the given tiny llama with small random weigh
 so a request served in company can be compared with the same request served alone.
 """
 
+import math
 import random
 
 from graded import drawn, load_fixture, reference
@@ -40,6 +41,39 @@ def small() -> TinyLlama:
 
 def rounded(values) -> list[float]:
     return [round(float(v), 12) for v in values]
+
+
+# Rule tests draw a few cases when graded (graded.drawn), answered by the reference in the judge: each
+# hand example is public, and a table of them has no answer for these.
+DRAWN_RULE_CASES = 3
+
+
+def drawn_lanes(draws: random.Random, most: int = 20) -> list[list]:
+    """Lanes as ``[start, fixed, cap, rates]``, drawn as the recorded steps' are."""
+    return [[draws.randrange(300), draws.randint(2, 19) if draws.random() < 0.1 else 1, draws.randint(0, MAX_DRAFT),
+             drawn_rates(draws)] for _ in range(draws.randint(1, most))]
+
+
+def drawn_cost(draws: random.Random) -> list:
+    """A cost table as ``[block_seconds, row, request, draft]``: gemms that grow, the rest a share of the first."""
+    first = draws.uniform(0.5e-3, 0.12)
+    blocks, total = [], 0.0
+    for step in [first] + [draws.uniform(0.05, 1.2) * first for _ in range(3)]:
+        total += step
+        blocks.append(round(total, 6))
+    return [blocks, round(draws.uniform(0, 0.02) * first, 6), round(draws.uniform(0, 0.4) * first / 16, 6),
+            round(draws.uniform(0, 0.01) * first, 6)]
+
+
+def drawn_rates(draws: random.Random) -> list[float]:
+    """An estimate as the fixture's oracle draws one: flat, falling with depth, or anything."""
+    kind = draws.randrange(3)
+    if kind == 0:
+        return [round(draws.uniform(0.05, 0.95), 4)] * MAX_DRAFT
+    if kind == 1:
+        top = draws.uniform(0.5, 0.98)
+        return [round(top * 0.93 ** j, 4) for j in range(MAX_DRAFT)]
+    return [round(draws.random(), 4) for _ in range(MAX_DRAFT)]
 
 
 # --- 2.1 Acceptance and AL(k) ---------------------------------------------------------------------
@@ -85,7 +119,21 @@ def cases_hand_example_acceptance():
              rule="card 2.1: 0 <= accepted <= drafted <= len(rates), else SpecError"),
         Case("survival past the estimate", "len(survival([0.5] * 15, 16))", lambda: len(survival([0.5] * 15, 16)),
              15, "card 2.1: survival checks nothing: for k >= 0 it returns min(k, len(rates)) values"),
-    ]
+    ] + drawn_acceptance_cases(drawn("hand_example_acceptance"))
+
+
+def drawn_acceptance_cases(draws) -> list[Case]:
+    """Rounds of drafts and kept tokens, the estimate after them the reference's."""
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        rounds = [(d, draws.randint(0, d)) for d in (draws.randint(0, MAX_DRAFT) for _ in range(draws.randint(1, 6)))]
+        rates = [0.5] * MAX_DRAFT
+        for d, n in rounds:
+            rates = reference("serve").observe(rates, d, n)
+        text = "rates = [0.5] * 15; " + "; ".join(f"rates = observe(rates, {d}, {n})" for d, n in rounds) + "; rates"
+        cases.append(Case(f"drawn-{i} (drawn when graded)", text, lambda r=rounds: updated(r), rounded(rates),
+                          ACCEPT_RULE))
+    return cases
 
 
 def test_hand_example_acceptance():
@@ -107,6 +155,16 @@ def cases_hand_example_expected_tokens():
                       rule="card 2.1: k in 0..len(rates), else SpecError"))
     cases.append(call("a bool k", expected_tokens, [0.5] * 15, True, expected=raises("SpecError"),
                       rule="card 2.1: k an int in 0..len(rates) (a bool too), else SpecError"))
+    return cases + drawn_expected_tokens_cases(drawn("hand_example_expected_tokens"))
+
+
+def drawn_expected_tokens_cases(draws) -> list[Case]:
+    rule = "card 2.1: AL(k) = 1 + sum over m = 1..k of a[0] * ... * a[m - 1]; AL(0) = 1"
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        rates, k = drawn_rates(draws), draws.randint(0, MAX_DRAFT)
+        cases.append(call(f"drawn-{i} (drawn when graded)", expected_tokens, rates, k,
+                          expected=reference("serve").expected_tokens(rates, k), rule=rule))
     return cases
 
 
@@ -120,7 +178,13 @@ def cases_gemm_blocks_count_the_fullest_slot():
     rule = "card 2.2: a row at position p sits at gemm slot p % 16; the pass runs as many gemms as its fullest slot holds"
     shapes = [([], 0), (list(range(16)), 1), (list(range(5, 22)), 2), ([3, 19, 35, 4], 3), ([7], 1),
               (list(range(40, 48)) + list(range(44, 52)), 2), ([0, 16, 32, 48, 64], 5)]
-    return [call(f"{len(p)} rows", gemm_blocks, p, expected=want, rule=rule) for p, want in shapes]
+    cases = [call(f"{len(p)} rows", gemm_blocks, p, expected=want, rule=rule) for p, want in shapes]
+    draws = drawn("gemm_blocks_count_the_fullest_slot")
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        positions = [draws.randrange(400) for _ in range(draws.randint(1, 80))]
+        cases.append(call(f"drawn-{i}: {len(positions)} rows (drawn when graded)", gemm_blocks, positions,
+                          expected=reference("serve").gemm_blocks(positions), rule=rule))
+    return cases
 
 
 def test_gemm_blocks_count_the_fullest_slot():
@@ -136,8 +200,13 @@ CHOICE_RULE = ("card 2.3: within the plain pass's gemms g0, slots likeliest firs
                "(extra: row_seconds, plus draft_seconds for a request's first draft token, m = 1)")
 
 
+def raw_lanes_text(raw) -> str:
+    """Lanes given as ``[start, fixed, cap, rates]`` lists, as Python text."""
+    return "[" + ", ".join(f"Lane({start}, {fixed}, {cap}, {list(rates)!r})" for start, fixed, cap, rates in raw) + "]"
+
+
 def lanes_text(lanes) -> str:
-    return "[" + ", ".join(f"Lane({lane.start}, {lane.fixed}, {lane.cap}, {list(lane.rates)!r})" for lane in lanes) + "]"
+    return raw_lanes_text([(lane.start, lane.fixed, lane.cap, lane.rates) for lane in lanes])
 
 
 def cases_hand_example_goodput():
@@ -197,7 +266,31 @@ def cases_hand_example_goodput():
              f"adaptive_ks({lanes_text(mixed)}, {HAND_COST_TEXT})", lambda: adaptive_ks(mixed, HAND_COST),
              [8, 0, 0, 0], CHOICE_RULE + "; candidates sorted by s descending, then request index, then m"),
     ]
+    return cases + drawn_goodput_cases(drawn("hand_example_goodput"))
+
+
+def drawn_goodput_cases(draws) -> list[Case]:
+    """Steps of drawn lanes, each request's k within its cap, their goodput the reference's."""
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        raw, (blocks, *rest) = drawn_lanes(draws, most=12), drawn_cost(draws)
+        ks = [draws.randint(0, cap) for _, _, cap, _ in raw]
+        serve = reference("serve")
+        want = serve.goodput([serve.Lane(*lane) for lane in raw], ks, serve.CostTable(tuple(blocks), *rest))
+        cases.append(Case(f"drawn-{i} (drawn when graded)",
+                          f"goodput({raw_lanes_text(raw)}, {ks}, CostTable({tuple(blocks)!r}, {rest[0]!r}, "
+                          f"{rest[1]!r}, {rest[2]!r}))",
+                          lambda r=raw, k=ks, b=tuple(blocks), c=rest: goodput([Lane(*lane) for lane in r], k,
+                                                                             CostTable(b, *c)),
+                          want, GOODPUT_RULE, judge=judge_relative))
     return cases
+
+
+def judge_relative(got, want) -> str | None:
+    """Goodput runs to hundreds of thousands of tokens a second: equal to a relative 1e-9."""
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        return f"not a number of tokens a second: {got!r}"
+    return None if math.isclose(got, want, rel_tol=1e-9) else f"goodput {got!r}; the reference's is {want!r}"
 
 
 def test_hand_example_goodput():
@@ -215,32 +308,14 @@ def recorded_choice_case(c: dict) -> Case:
 DRAWN_STEPS = 12  # steps the recorded test draws when graded: a table of the public ones has no answer for them
 
 
-def drawn_rates(draws: random.Random) -> list[float]:
-    """An estimate as the fixture's oracle draws one: flat, falling with depth, or anything."""
-    kind = draws.randrange(3)
-    if kind == 0:
-        return [round(draws.uniform(0.05, 0.95), 4)] * MAX_DRAFT
-    if kind == 1:
-        top = draws.uniform(0.5, 0.98)
-        return [round(top * 0.93 ** j, 4) for j in range(MAX_DRAFT)]
-    return [round(draws.random(), 4) for _ in range(MAX_DRAFT)]
-
-
 def drawn_choice_case(draws: random.Random, i: int) -> Case:
     """A step the reference's adaptive_ks answers in the judge, drawn as the recorded ones are."""
     if i % 5 == 4:  # a busy pass on consecutive slots
         base, n = draws.randrange(300), draws.randint(14, 32)
         lanes = [[base + j, 1, draws.randint(0, MAX_DRAFT), drawn_rates(draws)] for j in range(n)]
     else:
-        lanes = [[draws.randrange(300), draws.randint(2, 19) if draws.random() < 0.1 else 1,
-                  draws.randint(0, MAX_DRAFT), drawn_rates(draws)] for _ in range(draws.randint(1, 20))]
-    first = draws.uniform(0.5e-3, 0.12)
-    blocks, total = [], 0.0
-    for step in [first] + [draws.uniform(0.05, 1.2) * first for _ in range(3)]:
-        total += step
-        blocks.append(round(total, 6))
-    cost = [blocks, round(draws.uniform(0, 0.02) * first, 6), round(draws.uniform(0, 0.4) * first / 16, 6),
-            round(draws.uniform(0, 0.01) * first, 6)]
+        lanes = drawn_lanes(draws)
+    cost = drawn_cost(draws)
     serve = reference("serve")
     expect = serve.adaptive_ks([serve.Lane(*lane) for lane in lanes], serve.CostTable(tuple(cost[0]), *cost[1:]))
     return recorded_choice_case({"name": f"drawn-{i} (drawn when graded)", "lanes": lanes, "cost": cost,
@@ -272,7 +347,22 @@ def cases_static_and_off_choices():
              lambda: choose_ks(Policy("adaptive"), lanes, HAND_COST), adaptive_ks(lanes, HAND_COST), rule),
         Case("adaptive without a table", f"choose_ks(Policy('adaptive'), {text}, None)",
              lambda: choose_ks(Policy("adaptive"), lanes, None), raises("SpecError"), rule),
-    ]
+    ] + drawn_static_cases(drawn("static_and_off_choices"), rule)
+
+
+def drawn_static_cases(draws, rule: str) -> list[Case]:
+    """Off and static k over drawn lanes, their choices the reference's."""
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        raw, k = drawn_lanes(draws), draws.randint(1, MAX_DRAFT)
+        name = "off" if i == 0 else str(k)
+        serve = reference("serve")
+        want = serve.choose_ks(serve.Policy.parse(name), [serve.Lane(*lane) for lane in raw], None)
+        made = "Policy('off')" if i == 0 else f"Policy('static', {k})"
+        cases.append(Case(f"drawn-{i}: {made} (drawn when graded)", f"choose_ks({made}, {raw_lanes_text(raw)}, None)",
+                          lambda n=name, r=raw: choose_ks(Policy.parse(n), [Lane(*lane) for lane in r], None),
+                          want, rule))
+    return cases
 
 
 def test_static_and_off_choices():
