@@ -1062,7 +1062,7 @@ def cases_kvpool_conserves_blocks():
     if draws is not None:  # graded: steps no submission can know ahead
         seeds.append((draws.randrange(2**32), " (drawn when graded)"))
     return [Case(f"{CONSERVE_STEPS} seeded steps{label}", f"pool_steps(seeded_ops({seed})){note}",
-                 lambda ops=seeded_ops(seed): pool_steps(ops), "all agree", rule, judge=judge_steps)
+                 lambda s=seed: pool_steps(seeded_ops(s)), "all agree", rule, judge=judge_steps)
             for seed, label in seeds]
 
 
