@@ -351,6 +351,40 @@ def test_a_table_of_l10_9_s_recorded_trees_fails_the_trees_a_grading_draws(tmp_p
                                 ["tree_shape_matches_recorded", "suffix_tree_matches_recorded"], "31337")
 
 
+def public_rounds_and_requests_only_trees() -> str:
+    """The reference's L10.9 answers on the public rounds (L10.9's and L10.8's) and requests and on
+    nothing else: a table's reach (verify_tree refuses rows it has not seen, generate_tree requests it
+    has not seen; a public request's own rounds are verified, as a table of its answers would give them)."""
+    trees = json.loads((ROOT / "fixtures" / "L10.9" / "trees_golden.json").read_text())
+    spec = json.loads((ROOT / "fixtures" / "L10.8" / "spec_golden.json").read_text())
+    rows = sorted({tuple(c["rows"]) for c in trees["verify"] + spec["verify"]})
+    requests = sorted({json.dumps([c["prompt"], c["seed"], c["max_new"]]) for c in trees["generate"]})
+    return ((REFERENCE / "trees.py").read_text()
+            + f"\n\nimport json as _json\nROWS = set({rows!r})\nREQUESTS = set({requests!r})\n"
+            "_verify, _generate, _generating = verify_tree, generate_tree, []\n\n\n"
+            "def verify_tree(rows, *args):\n"
+            "    if not _generating and tuple(np.asarray(r, dtype='<f4').tobytes().hex() for r in rows) not in ROWS:\n"
+            "        raise TreeError('not a public round')\n"
+            "    return _verify(rows, *args)\n\n\n"
+            "def generate_tree(target, drafter, prompt, params, seed, max_new, *args):\n"
+            "    if _json.dumps([[int(t) for t in prompt], seed, max_new]) not in REQUESTS:\n"
+            "        raise TreeError('not a public request')\n"
+            "    _generating.append(True)\n"
+            "    try:\n"
+            "        return _generate(target, drafter, prompt, params, seed, max_new, *args)\n"
+            "    finally:\n"
+            "        _generating.pop()\n")
+
+
+def test_a_table_of_l10_9_s_recorded_rounds_and_requests_fails_those_a_grading_draws(tmp_path):
+    """L10.9's recorded rounds, L10.8's rounds as chains and the recorded requests draw eight more
+    each when graded: a trees.py that answers only the public ones passes ``ol check`` and fails
+    ``ol grade``."""
+    passes_checked_fails_graded(tmp_path, "L10.9", "trees.py", public_rounds_and_requests_only_trees(),
+                                ["verify_tree_matches_recorded", "chain_tree_verifies_as_l10_8",
+                                 "tree_generation_matches_recorded"], "2718")
+
+
 @pytest.mark.parametrize("module, files, seed", [
     ("L10.1", ("pcg32.py", "sampling.py", "kvpool.py"), "101"), ("L10.8", ("spec.py",), "808"),
     ("L10.9", ("trees.py",), "909"), ("L10.10", ("serve.py",), "1010")])

@@ -384,10 +384,11 @@ def recorded_verify_case(c: dict) -> Case:
                        c["output"], c["seed"], {k: c["expect"][k] for k in VERIFY_KEYS}, rule)
 
 
-def drawn_verify_case(draws, i: int) -> Case:
-    """A round the reference verifies in the judge, drawn as the recorded ones are: their sampling
-    settings, a draft that agrees with the target for a while, the draft's own q or none (one-hot)."""
-    ref_spec, ref_sampling = reference("spec"), reference("sampling")
+def drawn_round(draws) -> dict:
+    """A round's inputs, drawn as the recorded ones are: their sampling settings, a draft that agrees
+    with the target for a while, the draft's own q or none (one-hot). L10.9's chain test draws these
+    too, so a chain is checked against rounds no table holds."""
+    ref_sampling = reference("sampling")
     vocab, m = draws.choice([8, 16, 32]), draws.randint(0, 6)
     gen = np.random.default_rng(draws.getrandbits(64))
     rows = [(draws.choice([1.0, 2.5]) * gen.standard_normal(vocab)).astype(np.float32) for _ in range(m + 1)]
@@ -406,13 +407,22 @@ def drawn_verify_case(draws, i: int) -> Case:
             q = gen.dirichlet(np.ones(vocab))
             q[d] += 0.5
             probs.append(q / q.sum())
-    seed = draws.getrandbits(64)
-    rng = ref_sampling.stream(seed)
-    v = ref_spec.verify_draft(rows, draft, probs, ref_sampling.SamplingParams(**knobs), prompt, output, rng)
+    return {"rows": rows, "draft": draft, "probs": probs, "params": knobs, "prompt": prompt, "output": output,
+            "seed": draws.getrandbits(64)}
+
+
+def drawn_verify_case(draws, i: int) -> Case:
+    """A drawn round (``drawn_round``) the reference verifies in the judge."""
+    ref_spec, ref_sampling = reference("spec"), reference("sampling")
+    r = drawn_round(draws)
+    rng = ref_sampling.stream(r["seed"])
+    v = ref_spec.verify_draft(r["rows"], r["draft"], r["probs"], ref_sampling.SamplingParams(**r["params"]),
+                              r["prompt"], r["output"], rng)
     expected = {"tokens": [int(t) for t in v.tokens], "n_accepted": int(v.n_accepted),
                 "logprobs": [float(x) for x in v.logprobs], "next_u32": int(rng.next_u32())}
-    return verify_case(f"drawn-{i} (drawn when graded)", rows, draft, probs, SamplingParams(**knobs), prompt,
-                       output, seed, expected, SAMPLED_RULE if knobs.get("temperature") else GREEDY_RULE)
+    return verify_case(f"drawn-{i} (drawn when graded)", r["rows"], r["draft"], r["probs"],
+                       SamplingParams(**r["params"]), r["prompt"], r["output"], r["seed"], expected,
+                       SAMPLED_RULE if r["params"].get("temperature") else GREEDY_RULE)
 
 
 def cases_verify_matches_python_l8_6():

@@ -18,7 +18,8 @@ from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams, stream
 from tinyllm.trees import (DraftTree, ModelDrafter, PromptLookupDrafter, SuffixTreeDrafter, chain_tree, compact,
                            generate_tree, tree_depths, tree_mask, tree_paths, tree_positions, trie_tree, verify_tree)
-from test_l10_8 import GREEDY, f32_row, f64_row, judge_stream, params_text, plain_greedy, random_requests, rows_text
+from test_l10_8 import (GREEDY, drawn_round, f32_row, f64_row, judge_stream, params_text, plain_greedy,
+                        random_requests, rows_text)
 from tree_fakes import Script, TreeCycleTarget, TreeTableTarget
 
 GOLDEN = "L10.9/trees_golden.json"
@@ -556,29 +557,54 @@ def chain_answer(root, draft, probs, want_chain, rows, params, prompt, output, s
     return {**got, **verify_answer(rows, tree, params, prompt, output, stream(seed))}
 
 
+CHAIN_RULE = ("card 2.2 and 2.3: chain_tree(pending, draft, probs) is tokens [pending, *draft], parents "
+              "[-1, 0, .., m-1], probs None or [None, *probs]; a chain tree draws what L10.8's verify_draft draws (u_a "
+              "then u_r at every position, one draw for a sampled bonus) and emits the same tokens and logprobs")
+
+
+def chain_root(prompt) -> int:
+    """The root of an L10.8 round's chain: the prompt's last token (0 for an empty prompt)."""
+    return prompt[-1] if prompt else 0
+
+
+def chain_case(label, rows, draft, probs, params, prompt, output, seed, want) -> Case:
+    """An L10.8 round as a chain; ``want`` holds the chain (``chain_tree``) and what verify_tree does with it."""
+    root = chain_root(prompt)
+    probs_text = "None" if probs is None else "[" + ", ".join(f"np.array({q.tolist()!r})" for q in probs) + "]"
+    text = (f"tree = chain_tree({root}, {draft!r}, {probs_text}); rng = stream({seed}); "
+            f"v = verify_tree({rows_text(rows)}, tree, {params_text(params)}, {prompt!r}, {output!r}, "
+            "rng); (tree, v.tokens, v.path, v.logprobs, rng.next_u32())")
+    return Case(label, text, lambda: chain_answer(root, draft, probs, want["chain_tree"], rows, params, prompt, output,
+                                                  seed), want, CHAIN_RULE)
+
+
+def drawn_chain_case(draws, i: int) -> Case:
+    """A round drawn as L10.8's drawn ones are, which the reference's chain_tree and verify_tree
+    answer in the judge."""
+    trees, sampling = reference("trees"), reference("sampling")
+    r = drawn_round(draws)
+    tree = trees.chain_tree(chain_root(r["prompt"]), r["draft"], r["probs"])
+    rng = sampling.stream(r["seed"])
+    v = trees.verify_tree(r["rows"], tree, sampling.SamplingParams(**r["params"]), r["prompt"], r["output"], rng)
+    want = {"chain_tree": chain_shape(tree), "tokens": [int(t) for t in v.tokens], "path": [int(j) for j in v.path],
+            "logprobs": [float(x) for x in v.logprobs], "draws": int(rng.next_u32())}
+    return chain_case(f"drawn-{i} (drawn when graded)", r["rows"], r["draft"], r["probs"],
+                      SamplingParams(**r["params"]), r["prompt"], r["output"], r["seed"], want)
+
+
 def cases_chain_tree_verifies_as_l10_8():
-    rule = ("card 2.2 and 2.3: chain_tree(pending, draft, probs) is tokens [pending, *draft], parents [-1, 0, .., m-1], "
-            "probs None or [None, *probs]; a chain tree draws what L10.8's verify_draft draws (u_a then u_r at "
-            "every position, one draw for a sampled bonus) and emits the same tokens and logprobs")
     cases = []
     for c in golden("verify", L10_8_GOLDEN):
         probs = None if c["draft_probs"] is None else [f64_row(q) for q in c["draft_probs"]]
-        root = c["prompt"][-1] if c["prompt"] else 0
-        params = SamplingParams(**c["params"])
-        n = c["expect"]["n_accepted"]
-        want_chain = {"tokens": [root, *c["draft"]], "parents": list(range(-1, len(c["draft"]))),
-                      "probs": None if probs is None else [None, *(q.tolist() for q in probs)]}
-        want = {"chain_tree": want_chain, "tokens": c["expect"]["tokens"], "path": list(range(n + 1)),
-                "logprobs": c["expect"]["logprobs"], "draws": c["expect"]["next_u32"]}
-        rows = [f32_row(r) for r in c["rows"]]
-        probs_text = "None" if probs is None else "[" + ", ".join(f"np.array({q.tolist()!r})" for q in probs) + "]"
-        text = (f"tree = chain_tree({root}, {c['draft']!r}, {probs_text}); rng = stream({c['seed']}); "
-                f"v = verify_tree({rows_text(rows)}, tree, {params_text(params)}, {c['prompt']!r}, {c['output']!r}, "
-                "rng); (tree, v.tokens, v.path, v.logprobs, rng.next_u32())")
-        cases.append(Case(c["name"], text,
-                          lambda a=(root, c["draft"], probs, want_chain, rows, params, c["prompt"], c["output"],
-                                    c["seed"]): chain_answer(*a), want, rule))
-    return cases
+        chain = {"tokens": [chain_root(c["prompt"]), *c["draft"]], "parents": list(range(-1, len(c["draft"]))),
+                 "probs": None if probs is None else [None, *(q.tolist() for q in probs)]}
+        want = {"chain_tree": chain, "tokens": c["expect"]["tokens"],
+                "path": list(range(c["expect"]["n_accepted"] + 1)), "logprobs": c["expect"]["logprobs"],
+                "draws": c["expect"]["next_u32"]}
+        cases.append(chain_case(c["name"], [f32_row(r) for r in c["rows"]], c["draft"], probs,
+                                SamplingParams(**c["params"]), c["prompt"], c["output"], c["seed"], want))
+    draws = drawn("chain_tree_verifies_as_l10_8")
+    return cases + [drawn_chain_case(draws, i) for i in range(DRAWN_CASES if draws is not None else 0)]
 
 
 def test_chain_tree_verifies_as_l10_8():
@@ -896,7 +922,8 @@ def test_greedy_tree_equals_plain_greedy():
     check(cases_greedy_tree_equals_plain_greedy())
 
 
-def recorded_generation_case(c: dict) -> Case:
+def generation_case(c: dict) -> Case:
+    """A request in the fixture's form (a recorded one or a drawn one) and the answer it expects."""
     d = c["drafter"]
     make = (lambda: PromptLookupDrafter(d["k"])) if d["kind"] == "prompt_lookup" else \
         (lambda: SuffixTreeDrafter(d["k"], d["width"]))
@@ -913,8 +940,35 @@ def recorded_generation_case(c: dict) -> Case:
                 c["expect"], LOOP_RULE + "; one generator stream(seed) for the request; SpecStats as L10.8's")
 
 
+def drawn_generation(draws, i: int) -> dict:
+    """A whole request on the tree fake, drawn as the fixture's oracle draws the recorded ones (their
+    sampling settings), run by the reference in the judge: its drafter, its generate_tree, and a
+    target that compacts with its compact."""
+    spec = {"vocab": 6, "seed": draws.randrange(1000), "order": draws.randint(1, 2), "scale": 3.0}
+    period = [draws.randrange(6) for _ in range(draws.randint(2, 4))]
+    prompt = (period * 6)[:draws.randint(3, 15)]
+    drafter = {"kind": "prompt_lookup", "k": draws.randint(1, 6)} if i % 3 == 0 else \
+        {"kind": "suffix_tree", "k": draws.randint(1, 10), "width": draws.randint(1, 4)}
+    params = draws.choice([c["params"] for c in golden("generate")])
+    eos = [draws.randrange(6)] if i % 5 == 4 else []
+    # max_new from 1, where the oracle's start at 0: a request that emits nothing is no test of a table.
+    seed, max_new = draws.getrandbits(64), draws.randint(1, 24)
+    trees, sampling = reference("trees"), reference("sampling")
+    drafts = trees.PromptLookupDrafter(drafter["k"]) if drafter["kind"] == "prompt_lookup" else \
+        trees.SuffixTreeDrafter(drafter["k"], drafter["width"])
+    target = TreeTableTarget(**spec, compact=trees.compact)
+    g = trees.generate_tree(target, drafts, prompt, sampling.SamplingParams(**params), seed, max_new, eos)
+    return {"name": f"drawn-{i} (drawn when graded)", "target": spec, "prompt": prompt, "drafter": drafter,
+            "params": params, "seed": seed, "max_new": max_new, "eos": eos,
+            "expect": {"tokens": [int(t) for t in g.tokens], "logprobs": [float(x) for x in g.logprobs],
+                       "drafted": g.stats.drafted, "accepted": g.stats.accepted,
+                       "target_calls": g.stats.target_calls, "cached": target.cached()}}
+
+
 def cases_tree_generation_matches_recorded():
-    return [recorded_generation_case(c) for c in golden("generate")]
+    draws = drawn("tree_generation_matches_recorded")
+    drawn_requests = [drawn_generation(draws, i) for i in range(DRAWN_CASES if draws is not None else 0)]
+    return [generation_case(c) for c in golden("generate") + drawn_requests]
 
 
 def test_tree_generation_matches_recorded():

@@ -26,10 +26,14 @@ class KvCorrupt(Exception):
 
 
 class TreeTableTarget:
-    """Logits from a seeded table, keyed by the last ``order`` ids of a node's context."""
+    """Logits from a seeded table, keyed by the last ``order`` ids of a node's context.
+
+    ``keep_path`` compacts the pool with ``compact``: the code under test's, but the reference's
+    where the judge works out a drawn request's expected answer, which no code under test may touch.
+    """
 
     def __init__(self, vocab: int, seed: int, order: int = 2, scale: float = 3.0, num_blocks: int = 64,
-                 block_tokens: int = 4, layers: int = 2) -> None:
+                 block_tokens: int = 4, layers: int = 2, compact=compact) -> None:
         rng = np.random.default_rng(seed)
         shape = (vocab + 1,) * (order - 1) + (vocab, vocab)
         self.table = (scale * rng.standard_normal(shape)).astype(np.float32)
@@ -41,6 +45,7 @@ class TreeTableTarget:
         self.max_slot = -1              # the highest cache slot ever written
         self.tree_sizes: list[int] = []  # nodes fed by each extend_tree
         self._tree_at: int | None = None
+        self._compact = compact
 
     def _logits_at(self, context: Sequence[int]) -> np.ndarray:
         """The row a fresh run of ``context`` gives at its last position."""
@@ -95,7 +100,7 @@ class TreeTableTarget:
         if self._tree_at != start:
             raise SpecError(f"keep_path(start={start}) without a tree fed at {start}")
         self._tree_at = None
-        compact(self.pool, self.blocks, start, path)
+        self._compact(self.pool, self.blocks, start, path)
         self.length = start + len(path)
         self._check_blocks()
 
