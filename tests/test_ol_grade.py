@@ -9,6 +9,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -401,6 +403,35 @@ def test_the_reference_passes_every_test_graded(tmp_path, module, files, seed):
     results = json.loads(next(out.glob("001-*.json")).read_text())
     failed = {t["name"]: t["message"] for t in results["tests"] if t["status"] != "pass"}
     assert not failed and results["tests"], failed
+
+
+COUNT_DRAWN = """
+import importlib, json, sys
+suite = importlib.import_module(sys.argv[1])
+print(json.dumps({name: sum("(drawn when graded)" in c.label for c in getattr(suite, f"cases_{name}")())
+                  for name in sys.argv[2:]}))
+"""
+
+
+@pytest.mark.parametrize("seed", [None, "5"])
+def test_every_drawing_test_adds_cases_when_graded_and_none_when_checked(seed):
+    """Each test that calls ``drawn`` builds cases of its own when a grading's seed is set, and ``ol
+    check`` (no seed) builds the public ones alone: removing a test's draws fails here."""
+    from grader.layout.catalog import load_catalog
+    from grader.verdict.diagnose import drawing_tests
+
+    for module in load_catalog().modules.values():
+        names = sorted(drawing_tests(module))
+        env = {k: v for k, v in os.environ.items() if k != "OL_DRAWN_SEED"}
+        env |= {"OL_IMPL": str(REFERENCE.parent), "PYTHONPATH": str(ROOT)} | ({"OL_DRAWN_SEED": seed} if seed else {})
+        ran = subprocess.run([sys.executable, "-c", COUNT_DRAWN, module.suite.stem, *names], cwd=module.suite.parent,
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        counts = json.loads(ran.stdout.strip().splitlines()[-1])
+        if seed is None:
+            assert not any(counts.values()), (module.id, counts)
+        else:
+            assert names and all(counts.values()), (module.id, counts)
 
 
 def test_every_test_that_draws_names_itself_where_the_diagnosis_finds_it():

@@ -307,6 +307,35 @@ def test_sampling_params_reject_bad_values():
 
 # ---------------------------------------------------------------- penalties
 
+# The rule tests of penalties and ties draw a few cases when graded (graded.drawn), answered by the
+# reference in the judge: each hand example is public, and a table of them has no answer for these.
+DRAWN_RULE_CASES = 3
+
+
+def drawn_grid(draws, most: int = 12) -> list[float]:
+    """Logits on a half-unit grid, positive, zero and negative alike: ties are common."""
+    return [draws.randint(-8, 8) / 2 for _ in range(draws.randint(2, most))]
+
+
+def drawn_penalty_cases(draws, knobs: tuple[str, ...], rule: str) -> list[Case]:
+    """``apply_penalties`` of drawn logits, ids and values of ``knobs``, the answer the reference's."""
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        logits = drawn_grid(draws)
+        prompt, output = ([draws.randrange(len(logits)) for _ in range(draws.randint(0, 8))] for _ in range(2))
+        values = {"repetition_penalty": draws.choice((0.5, 0.8, 1.3, 2.0, 3.0)),
+                  "presence_penalty": draws.choice((-0.5, 0.25, 0.5, 1.0)),
+                  "frequency_penalty": draws.choice((-0.25, 0.2, 0.5, 0.75))}
+        fields = {k: values[k] for k in knobs}
+        sampling = reference("sampling")
+        want = sampling.apply_penalties(np.array(logits, dtype=np.float32), sampling.SamplingParams(**fields),
+                                        prompt, output).tolist()
+        cases.append(case(f"drawn-{i} (drawn when graded)",
+                          f"apply_penalties({f32(logits)}, {params(**{**PARAM_DEFAULTS, **fields})}, {prompt}, "
+                          f"{output}).tolist()", want, rule))
+    return cases
+
+
 REPETITION_RULE = ("card 2.2 step 1 (worked in section 3): once per distinct id seen in prompt or output, a "
                    "positive logit is divided by the repetition penalty and any other multiplied by it; the "
                    "result is a new float64 array and the input is untouched")
@@ -328,7 +357,7 @@ def cases_repetition_penalty_on_negative_logits():
         case("a float64 input is untouched too",
              f"logits = np.array([2.0, -2.0]); apply_penalties(logits, {params(repetition_penalty=2.0)}, [0, 1], []); "
              "logits.tolist()", [2.0, -2.0], REPETITION_RULE),
-    ]
+    ] + drawn_penalty_cases(drawn("repetition_penalty_on_negative_logits"), ("repetition_penalty",), REPETITION_RULE)
 
 
 def test_repetition_penalty_on_negative_logits():
@@ -345,7 +374,8 @@ def cases_presence_and_frequency_count_output_only():
         case("repetition first, then presence",
              f"apply_penalties({f32([2.0, 2.0, -1.0])}, {params(repetition_penalty=2.0, presence_penalty=1.0)}, [], [0, 2])",
              [0.0, 2.0, -3.0], rule),
-    ]
+    ] + drawn_penalty_cases(drawn("presence_and_frequency_count_output_only"),
+                            ("repetition_penalty", "presence_penalty", "frequency_penalty"), rule)
 
 
 def test_presence_and_frequency_count_output_only():
@@ -364,7 +394,18 @@ def cases_argmax_ties_to_lowest_id():
                                  ([-1.0, 4.0], 1))] + [
         case("greedy sample", f"sample({greedy}, SamplingParams(), [], [], stream(1))[0]", 1, TIE_RULE),
         case("greedy distribution", f"distribution({greedy}, SamplingParams(), [], [])", [0.0, 1.0, 0.0], TIE_RULE),
-    ]
+    ] + drawn_tie_cases(drawn("argmax_ties_to_lowest_id"))
+
+
+def drawn_tie_cases(draws) -> list[Case]:
+    """argmax of drawn logits on a grid, each holding a tie at its top; the answer the reference's."""
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        values = drawn_grid(draws)
+        values[draws.randrange(len(values))] = max(values)  # a second id at the top (or the same one)
+        want = reference("sampling").argmax(np.array(values, dtype=np.float32))
+        cases.append(case(f"drawn-{i} (drawn when graded)", f"argmax({f32(values)})", want, TIE_RULE))
+    return cases
 
 
 def test_argmax_ties_to_lowest_id():
