@@ -107,6 +107,7 @@ def test_hand_example_prompt_lookup():
 # recorded case is public, and a table of them has no answer for these.
 DRAWN_CASES = 8
 DRAWN_GREEDY = 2  # requests greedy_spec_equals_greedy_without_spec draws, each under every draft
+DRAWN_RULE_CASES = 3  # cases a rule test of a round draws when graded
 
 
 def drawn_context(draws, vocab: int) -> list[int]:
@@ -294,7 +295,28 @@ def cases_greedy_verify_ties_go_to_the_lowest_id():
                      "logprobs": [2 - lse(0, 0, 2, 0), 3 - lse(0.5, 3, 3, 1)], "next_u32": undrawn}, GREEDY_RULE),
     ]
     recorded = [recorded_verify_case(c) for c in golden("verify") if c["name"].startswith("tie-")]
-    return hand + recorded
+    draws = drawn("greedy_verify_ties_go_to_the_lowest_id")
+    return hand + recorded + [drawn_tie_case(draws, i) for i in range(DRAWN_RULE_CASES if draws is not None else 0)]
+
+
+def drawn_tie_case(draws, i: int) -> Case:
+    """A greedy round on rows of half-unit logits, each with a tie at its top, the draft taking one of
+    the tied ids (the lowest or another) for a while; the reference verifies it in the judge."""
+    ref_spec, ref_sampling = reference("spec"), reference("sampling")
+    vocab, m = draws.randint(3, 10), draws.randint(1, 4)
+    rows = []
+    for _ in range(m + 1):
+        row = [draws.randint(-6, 6) / 2 for _ in range(vocab)]
+        row[draws.randrange(vocab)] = max(row)
+        rows.append(np.array(row, dtype=np.float32))
+    draft = [draws.choice([j for j, x in enumerate(row) if x == row.max()]) for row in rows[:m]]
+    prompt, seed = [draws.randrange(vocab) for _ in range(draws.randint(1, 4))], draws.randrange(1000)
+    rng = ref_sampling.stream(seed)
+    v = ref_spec.verify_draft(rows, draft, None, ref_sampling.SamplingParams(), prompt, [], rng)
+    expected = {"tokens": [int(t) for t in v.tokens], "n_accepted": int(v.n_accepted),
+                "logprobs": [float(x) for x in v.logprobs], "next_u32": int(rng.next_u32())}
+    return verify_case(f"drawn-{i} (drawn when graded)", rows, draft, None, GREEDY, prompt, [], seed, expected,
+                       GREEDY_RULE)
 
 
 def test_greedy_verify_ties_go_to_the_lowest_id():
@@ -342,6 +364,24 @@ def test_hand_example_sampled_step():
 P3, Q3 = np.array([0.25, 0.5, 0.25]), np.array([0.5, 0.25, 0.25])
 
 
+def drawn_step_cases(draws, rule: str) -> list[Case]:
+    """speculative_step of drawn p, q (x one q proposes), u_a and u_r, and the residual of drawn p, q;
+    the reference answers them in the judge."""
+    ref_spec = reference("spec")
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        gen = np.random.default_rng(draws.getrandbits(64))
+        vocab = draws.randint(2, 12)
+        p, q = gen.dirichlet(np.ones(vocab)), gen.dirichlet(np.ones(vocab))
+        x, u_a, u_r = draws.randrange(vocab), draws.random(), draws.random()
+        token, kept = ref_spec.speculative_step(p, q, x, u_a, u_r)
+        cases.append(call(f"drawn-{i}: a step (drawn when graded)", speculative_step, p, q, x, u_a, u_r,
+                          expected=[int(token), bool(kept)], rule=rule))
+        cases.append(call(f"drawn-{i}: a residual (drawn when graded)", residual, p, q,
+                          expected=ref_spec.residual(p, q).tolist(), rule="card 2.3: residual = normalize(max(0, p - q))"))
+    return cases
+
+
 def cases_accept_needs_u_below_p_over_q():
     rule = ("card 2.2: accept when u_a < p(x)/q(x), strictly: u_a = p/q rejects, and a token with "
             "p(x) = 0 is never accepted")
@@ -369,7 +409,7 @@ def cases_accept_needs_u_below_p_over_q():
                            "x = True": (P3, Q3, True, 0.5, 0.5), "p and q of two lengths": (P3, Q3[:2], 0, 0.5, 0.5),
                            "u_r = 1.0 on a round that accepts": (P3, Q3, 0, 0.1, 1.0),
                            "x = -1": (P3, Q3, -1, 0.1, 0.5), "p and q 2-D": (P3[None], Q3[None], 0, 0.5, 0.5)}.items()
-    ]
+    ] + drawn_step_cases(drawn("accept_needs_u_below_p_over_q"), rule)
 
 
 def test_accept_needs_u_below_p_over_q():
