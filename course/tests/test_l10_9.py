@@ -884,13 +884,30 @@ def tree_generation(target, drafter, prompt, params, seed, max_new, eos):
             "cached": target.cached(), "max_slot": target.max_slot, "passes": target.calls}
 
 
+DRAWN_GREEDY = 2  # requests greedy_tree_equals_plain_greedy draws when graded, each under every drafter
+
+
+def drawn_greedy_run(draws) -> tuple:
+    """A request on a TreeTableTarget(12) of a drawn seed: text the target writes itself (its drafts
+    mostly kept) or text at random, greedy or with the penalties the fixed runs use."""
+    seed = draws.randrange(10_000)
+    prompt, writer, length = [draws.randrange(12)], TreeTableTarget(12, seed), draws.randint(3, 14)
+    while len(prompt) < length:
+        prompt.append(int(np.argmax(writer._logits_at(prompt))) if draws.random() < 0.7 else draws.randrange(12))
+    prm = draws.choice([GREEDY, SamplingParams(repetition_penalty=1.3, frequency_penalty=0.2)])
+    return (TreeTableTarget, (12, seed), f"TreeTableTarget(12, {seed})", prompt, prm, draws.randint(8, 30),
+            " (drawn when graded)")
+
+
 def cases_greedy_tree_equals_plain_greedy():
     cases = []
-    runs = [(TreeTableTarget, (12, 1), "TreeTableTarget(12, 1)", p, GREEDY, 30) for p in GEN_PROMPTS]
+    runs = [(TreeTableTarget, (12, 1), "TreeTableTarget(12, 1)", p, GREEDY, 30, "") for p in GEN_PROMPTS]
     runs += [(TreeTableTarget, (12, 5), "TreeTableTarget(12, 5)", p,
-              SamplingParams(repetition_penalty=1.3, frequency_penalty=0.2), 25) for p in GEN_PROMPTS]
-    runs += [(TreeCycleTarget, (CYCLE,), "TreeCycleTarget(CYCLE)", CYCLE_PROMPT, GREEDY, 30)]
-    for make, args, name, prompt, prm, max_new in runs:
+              SamplingParams(repetition_penalty=1.3, frequency_penalty=0.2), 25, "") for p in GEN_PROMPTS]
+    runs += [(TreeCycleTarget, (CYCLE,), "TreeCycleTarget(CYCLE)", CYCLE_PROMPT, GREEDY, 30, "")]
+    draws = drawn("greedy_tree_equals_plain_greedy")
+    runs += [drawn_greedy_run(draws) for _ in range(DRAWN_GREEDY if draws is not None else 0)]
+    for make, args, name, prompt, prm, max_new, drawn_label in runs:
         vocab = make(*args).vocab
         want = plain_greedy(make(*args), prompt, prm, max_new)
         budget = len(prompt) + max_new - 1
@@ -910,7 +927,8 @@ def cases_greedy_tree_equals_plain_greedy():
 
             text = (f"target = {name}; generate_tree(target, {label}, {prompt}, {params_text(prm)}, 0, {max_new}, [])"
                     "   # course/tests/tree_fakes.py (ol shell has it)")
-            cases.append(Case(f"{label.replace('(vocab)', f'({vocab})')} on {name} prompt {prompt}{' with penalties' if prm is not GREEDY else ''}",
+            cases.append(Case(f"{label.replace('(vocab)', f'({vocab})')} on {name} prompt {prompt}"
+                              f"{' with penalties' if prm is not GREEDY else ''}{drawn_label}",
                               text.replace("(vocab)", f"({vocab})"), lambda m=make, a=args, d=drafter, p=prompt, r=prm, n=max_new,
                               v=vocab: tree_generation(m(*a), d(v), p, r, 0, n, []),
                               {"tokens": want, "cached": budget}, LOOP_RULE + "; greedy output never changes",
