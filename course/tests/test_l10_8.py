@@ -827,12 +827,13 @@ def filled_table(pool, fills):
     return table
 
 
-def rolled_back(fills, keep, block_tokens=4):
-    """Roll back a table with these fills to ``keep`` positions: what was released and what is left."""
-    pool = KvPool(8, block_tokens)
+def rolled_back(fills, keep, block_tokens=4, pool_class=KvPool, roll=rollback):
+    """Roll back a table with these fills to ``keep`` positions: what was released and what is left
+    (``pool_class`` and ``roll``: the reference's, where the judge works out a drawn case's answer)."""
+    pool = pool_class(8, block_tokens)
     table = filled_table(pool, fills)
     before = list(table)
-    released = rollback(pool, table, keep)
+    released = roll(pool, table, keep)
     return {"released": released, "table": len(table), "fills": [pool.fill(b) for b in table],
             "freed": [pool.refcount(b) == 0 for b in before[len(table):]], "free": pool.num_free()}
 
@@ -840,6 +841,25 @@ def rolled_back(fills, keep, block_tokens=4):
 def rollback_case(label, fills, keep, want):
     text = f"rolled_back({fills}, {keep})   # rolled_back() in course/tests/test_l10_8.py (ol shell has it)"
     return Case(label, text, lambda: rolled_back(fills, keep), want, ROLLBACK_RULE)
+
+
+def drawn_rollback_cases(draws) -> list[Case]:
+    """blocks_for of drawn sizes, and rollbacks of drawn tables (full blocks, then a partial one) to a
+    drawn length, past the table sometimes; the reference answers them in the judge."""
+    ref_spec, ref_pool = reference("spec"), reference("kvpool").KvPool
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        tokens, block_tokens = draws.randrange(200), draws.randint(1, 16)
+        cases.append(call(f"drawn-{i}: blocks_for (drawn when graded)", blocks_for, tokens, block_tokens,
+                          expected=ref_spec.blocks_for(tokens, block_tokens), rule="card 2.4: ceil(tokens / block_tokens)"))
+        fills = [4] * draws.randint(0, 4) + [draws.randint(1, 4)]
+        keep = draws.randint(0, 4 * len(fills) + 1)
+        try:
+            want = rolled_back(fills, keep, pool_class=ref_pool, roll=ref_spec.rollback)
+        except ref_spec.SpecError:
+            want = raises("SpecError")
+        cases.append(rollback_case(f"drawn-{i}: fills {fills}, keep {keep} (drawn when graded)", fills, keep, want))
+    return cases
 
 
 def cases_rollback_hand_example():
@@ -868,7 +888,7 @@ def cases_rollback_hand_example():
         Case("a table holding a freed block: the pool's error as SpecError",
              "pool = KvPool(8, 4); table = filled_table(pool, [4, 4]); pool.release(table[1]); rollback(pool, table, 3)",
              rollback_over_a_freed_block, raises("SpecError"), "card 2.4: any PoolError of the pool raises SpecError"),
-    ]
+    ] + drawn_rollback_cases(drawn("rollback_hand_example"))
 
 
 def rollback_over_a_freed_block():
