@@ -95,6 +95,7 @@ def test_hand_example_tree_shape():
 # Cases a recorded test draws when graded (graded.drawn), answered by the reference in the judge:
 # every recorded case is public, and a table of them has no answer for these.
 DRAWN_CASES = 8
+DRAWN_RULE_CASES = 3  # cases a rule test draws when graded
 
 
 def drawn_parents(draws, n: int) -> list[int]:
@@ -721,9 +722,10 @@ COMPACT_RULE = ("card 2.4: the K and V of node path[d], every layer, move from s
                 "start + d; then L10.8's rollback to start + len(path) returns the blocks no longer needed")
 
 
-def compacted(start, fills, path):
-    """A pool whose every slot holds its own position (layer l adds 100 l; V is minus K), compacted."""
-    pool = KvPool(8, 4, layers=2, kv_heads=1, head_dim=2)
+def compacted(start, fills, path, pool_class=KvPool, squash=compact):
+    """A pool whose every slot holds its own position (layer l adds 100 l; V is minus K), compacted
+    (``pool_class`` and ``squash``: the reference's, where the judge works out a drawn case's answer)."""
+    pool = pool_class(8, 4, layers=2, kv_heads=1, head_dim=2)
     table = []
     for n in fills:
         b = pool.allocate()
@@ -734,7 +736,7 @@ def compacted(start, fills, path):
             pool.k[layer, table[p // 4], p % 4] = p + 100 * layer
             pool.v[layer, table[p // 4], p % 4] = -(p + 100 * layer)
     before = list(table)
-    released = compact(pool, table, start, path)
+    released = squash(pool, table, start, path)
     keep = start + len(path)
     at = [(table[p // 4], p % 4) for p in range(keep)]
     return {"released": released, "table": len(table), "fills": [pool.fill(b) for b in table],
@@ -777,7 +779,22 @@ def cases_hand_example_compaction():
         compact_case("a float start", 2.5, [4, 4], [0, 1], raises("TreeError")),
         compact_case("an empty path", 4, [4, 4], [], raises("TreeError")),
         compact_case("a negative start", -1, [4, 4], [0, 1], raises("TreeError")),
-    ]
+    ] + drawn_compaction_cases(drawn("hand_example_compaction"))
+
+
+def drawn_compaction_cases(draws) -> list[Case]:
+    """A tree at a drawn start filling a drawn table, a drawn path kept (the root, then later nodes in
+    order); the reference's pool and compact answer it in the judge."""
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        fills = [4] * draws.randint(0, 3) + [draws.randint(1, 4)]
+        start = draws.randrange(sum(fills))
+        nodes = sum(fills) - start
+        path = [0] + sorted(draws.sample(range(1, nodes), draws.randint(0, nodes - 1)))
+        want = compacted(start, fills, path, reference("kvpool").KvPool, reference("trees").compact)
+        cases.append(compact_case(f"drawn-{i}: keep {path} of a tree at {start} (drawn when graded)", start, fills,
+                                  path, want))
+    return cases
 
 
 def test_hand_example_compaction():
