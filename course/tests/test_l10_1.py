@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from graded import drawn, load_fixture, reference
+from graded import DRAWN_RULE_CASES, drawn, load_fixture, reference
 from grader.cases import Case, check, first_difference, is_raise, raises
 from tinyllm.kvpool import KvPool, PoolError
 from tinyllm.pcg32 import Pcg32
@@ -306,11 +306,6 @@ def test_sampling_params_reject_bad_values():
 
 
 # ---------------------------------------------------------------- penalties
-
-# The rule tests of penalties and ties draw a few cases when graded (graded.drawn), answered by the
-# reference in the judge: each hand example is public, and a table of them has no answer for these.
-DRAWN_RULE_CASES = 3
-
 
 def drawn_grid(draws, most: int = 12) -> list[float]:
     """Logits on a half-unit grid, positive, zero and negative alike: ties are common."""

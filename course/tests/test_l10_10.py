@@ -9,7 +9,7 @@ so a request served in company can be compared with the same request served alon
 import math
 import random
 
-from graded import drawn, load_fixture, reference
+from graded import DRAWN_RULE_CASES, drawn, load_fixture, reference
 from grader.cases import Case, call, check, raises
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.runner import RunnerTarget
@@ -41,11 +41,6 @@ def small() -> TinyLlama:
 
 def rounded(values) -> list[float]:
     return [round(float(v), 12) for v in values]
-
-
-# Rule tests draw a few cases when graded (graded.drawn), answered by the reference in the judge: each
-# hand example is public, and a table of them has no answer for these.
-DRAWN_RULE_CASES = 3
 
 
 def drawn_lanes(draws: random.Random, most: int = 20) -> list[list]:

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from graded import drawn, load_fixture, reference
+from graded import DRAWN_RULE_CASES, drawn, load_fixture, reference
 from fakes import CycleTarget, TableTarget
 from grader.cases import Case, chi2_quantile, call, check, each, plain, raises
 from tinyllm.kvpool import KvPool
@@ -107,7 +107,6 @@ def test_hand_example_prompt_lookup():
 # recorded case is public, and a table of them has no answer for these.
 DRAWN_CASES = 8
 DRAWN_GREEDY = 2  # requests greedy_spec_equals_greedy_without_spec draws, each under every draft
-DRAWN_RULE_CASES = 3  # cases a rule test of a round draws when graded
 
 
 def drawn_context(draws, vocab: int) -> list[int]:

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from graded import drawn, load_fixture, reference
+from graded import DRAWN_RULE_CASES, drawn, load_fixture, reference
 from grader.cases import Case, chi2_quantile, call, check, each, raises
 from tinyllm.kvpool import KvPool
 from tinyllm.model import LlamaConfig, TinyLlama
@@ -95,7 +95,6 @@ def test_hand_example_tree_shape():
 # Cases a recorded test draws when graded (graded.drawn), answered by the reference in the judge:
 # every recorded case is public, and a table of them has no answer for these.
 DRAWN_CASES = 8
-DRAWN_RULE_CASES = 3  # cases a rule test draws when graded
 
 
 def drawn_parents(draws, n: int) -> list[int]:
