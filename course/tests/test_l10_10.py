@@ -28,14 +28,14 @@ HAND_COST_TEXT = "CostTable((0.010, 0.020, 0.030, 0.040), 1e-5, 1e-4, 1e-5)"
 HAND_ALONE = CostTable((0.010, 0.020, 0.030, 0.040), row_seconds=1e-5, request_seconds=1e-4, draft_seconds=1e-5,
                        rows_alone=True)
 HAND_ALONE_TEXT = "CostTable((0.010, 0.020, 0.030, 0.040), 1e-5, 1e-4, 1e-5, rows_alone=True)"
+SMALL = {"vocab": 24, "dim": 16, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "hidden": 24}
 _small: list[TinyLlama] = []
 
 
 def small() -> TinyLlama:
     """The given llama, one layer, seeded random weights over 24 ids (built once per process)."""
     if not _small:
-        _small.append(TinyLlama.random(LlamaConfig(vocab=24, dim=16, n_layers=1, n_heads=2, n_kv_heads=1,
-                                                   hidden=24), 5))
+        _small.append(TinyLlama.random(LlamaConfig(**SMALL), 5))
     return _small[0]
 
 
@@ -370,6 +370,8 @@ PROMPTS = [[1, 2, 3, 4, 1, 2, 3], [5, 5, 6, 5, 5, 6, 5], [7, 8, 9, 10, 11, 7, 8,
            [12, 3, 12, 3, 12, 3, 12, 3, 12, 3, 12, 3, 12, 3, 12, 3, 12, 3], [9]]
 SERVE_RULE = ("card 2.4: every request is verified on its own rows with L10.8's verify_draft and its own "
               "generator, and rolled back with L10.8's rollback: its output is its output alone")
+GREEDY_SERVE_RULE = SERVE_RULE + "; greedy output is plain greedy output"
+SAMPLED_SERVE_RULE = SERVE_RULE + "; with one k each request draws what it draws alone, whoever shares its passes"
 
 
 def alone(prompt, k, params, seed, max_new, eos=()) -> dict:
@@ -377,8 +379,33 @@ def alone(prompt, k, params, seed, max_new, eos=()) -> dict:
     model = small()
     cfg = SpecConfig.parse("none" if k == 0 else "prompt_lookup", max(k, 1))
     g = generate(RunnerTarget(model, model.new_pool(32, 4)), cfg, prompt, params, seed, max_new, eos)
+    return generated_row(g)
+
+
+def generated_row(g) -> dict:
     return {"tokens": g.tokens, "logprobs": rounded(g.logprobs), "drafted": g.stats.drafted,
             "accepted": g.stats.accepted, "target_calls": g.stats.target_calls}
+
+
+def reference_alone(prompt, k, temperature, seed, max_new) -> dict:
+    """:func:`alone` by the reference's L10.8 on the given llama, worked out in the judge."""
+    spec, model_ref = reference("spec"), reference("model")
+    model = model_ref.TinyLlama.random(model_ref.LlamaConfig(**SMALL), 5)
+    cfg = spec.SpecConfig.parse("none" if k == 0 else "prompt_lookup", max(k, 1))
+    target = reference("runner").RunnerTarget(model, model.new_pool(32, 4))
+    params = reference("sampling").SamplingParams(temperature=temperature)
+    return generated_row(spec.generate(target, cfg, prompt, params, seed, max_new, ()))
+
+
+def drawn_requests(draws: random.Random, temperature: float) -> list[tuple]:
+    """Requests as ``(prompt, temperature, seed, max_new)``: a motif over the llama's 24 ids said a few
+    times and a tail, so that prompt lookup finds something to draft, as in PROMPTS."""
+    requests = []
+    for _ in range(draws.randint(3, 7)):
+        motif = [draws.randrange(24) for _ in range(draws.randint(1, 4))]
+        tail = [draws.randrange(24) for _ in range(draws.randint(0, 3))]
+        requests.append((motif * draws.randint(1, 4) + tail, temperature, draws.randrange(1000), draws.randint(1, 12)))
+    return requests
 
 
 def drained(server, most: int) -> str | None:
@@ -431,6 +458,24 @@ def serve_text(policy, batch, requests) -> str:
     return f"served({policy!r}, {batch}, [{reqs}])   # served() in course/tests/test_l10_10.py"
 
 
+DRAWN_SERVES = 2  # servings each differential scheduler test draws when graded
+
+
+def drawn_serve_case(draws: random.Random, i: int, policy: str, temperature: float, rule: str) -> Case:
+    """A batch of drawn requests served together, each one's answer the reference's alone."""
+    batch, requests = draws.randint(2, 6), drawn_requests(draws, temperature)
+    k = 0 if policy in ("off", "adaptive") else int(policy)
+    want = [reference_alone(p, k, t, s, n) for p, t, s, n in requests]
+    if temperature == 0:
+        want = [{"tokens": w["tokens"]} for w in want]
+    made = [(p, GREEDY if t == 0 else SamplingParams(temperature=t), s, n) for p, t, s, n in requests]
+    shown = policy if policy in ("off", "adaptive") else f"static k={policy}"
+    return Case(f"drawn-{i}: B={batch} {shown} (drawn when graded)", serve_text(policy, batch, made),
+                lambda a=(policy, batch, made): [{"tokens": r["tokens"]} if "tokens" in r and temperature == 0 else r
+                                                 for r in served(*a, with_stats=temperature != 0)],
+                want + [{"free blocks": 64}], rule)
+
+
 def cases_batched_greedy_equals_alone():
     cases = []
     for batch in (1, 2, 5):
@@ -440,8 +485,11 @@ def cases_batched_greedy_equals_alone():
             cases.append(Case(f"B={batch} {policy}", serve_text(policy, batch, requests),
                               lambda a=(policy, batch, requests): [{"tokens": r["tokens"]} if "tokens" in r else r
                                                                    for r in served(*a, with_stats=False)],
-                              want, SERVE_RULE + "; greedy output is plain greedy output"))
-    return cases
+                              want, GREEDY_SERVE_RULE))
+    draws = drawn("batched_greedy_equals_alone")
+    policies = ("off", str(draws.randint(1, MAX_DRAFT)), "adaptive") if draws is not None else ()
+    return cases + [drawn_serve_case(draws, i, draws.choice(policies), 0.0, GREEDY_SERVE_RULE)
+                    for i in range(DRAWN_SERVES if draws is not None else 0)]
 
 
 def test_batched_greedy_equals_alone():
@@ -456,9 +504,10 @@ def cases_sampled_draws_as_alone():
             requests = [(PROMPTS[i % len(PROMPTS)], warm, 40 + i, 4 + 5 * (i % 3)) for i in range(6)]
             want = [alone(p, k, prm, s, n) for p, prm, s, n in requests] + [{"free blocks": 64}]
             cases.append(Case(f"B={batch} static k={k}", serve_text(str(k), batch, requests),
-                              lambda a=(str(k), batch, requests): served(*a), want,
-                              SERVE_RULE + "; with one k each request draws what it draws alone, whoever shares its passes"))
-    return cases
+                              lambda a=(str(k), batch, requests): served(*a), want, SAMPLED_SERVE_RULE))
+    draws = drawn("sampled_draws_as_alone")
+    return cases + [drawn_serve_case(draws, i, str(draws.randint(1, 8)), draws.choice([0.7, 1.0, 1.3]), SAMPLED_SERVE_RULE)
+                    for i in range(DRAWN_SERVES if draws is not None else 0)]
 
 
 def test_sampled_draws_as_alone():
