@@ -419,7 +419,7 @@ def cases_greedy_draws_nothing():
              f"{draws_text(5)}; {{'token': token, 'logprob': logprob, 'u32 draws': draws}}",
              {"token": 2, "logprob": penalized[2] - logsumexp(penalized), "u32 draws": 0}, rule),
         case("its distribution", f"distribution({logits}, {prm}, [1], [])", [0.0, 0.0, 1.0, 0.0], rule),
-    ]
+    ] + drawn_draw_cases(drawn("greedy_draws_nothing"), "greedy", rule)
 
 
 def test_greedy_draws_nothing():
@@ -462,7 +462,7 @@ def cases_temperature_scales_before_filters():
                     "{'logits': logits.tolist(), 'prompt': prompt, 'output': output}")
             cases.append(case(f"{dtype[3:]} logits, {knobs}: the arguments as given", text,
                               {"logits": x, "prompt": [0, 1], "output": [2]}, untouched))
-    return cases
+    return cases + drawn_distribution_cases(drawn("temperature_scales_before_filters"), "temperature", rule)
 
 
 def test_temperature_scales_before_filters():
@@ -478,7 +478,8 @@ def cases_top_k_keeps_the_k_highest():
                   [0, 0.5, 0.5, 0, 0], rule),
         dist_case("top_k 1 with a tie", [1.0, 2.0, 2.0], params(temperature=0.7, top_k=1), [0, 1, 0], rule),
     ] + [dist_case(f"top_k {k} keeps all", [1.0, 3.0, 2.0], params(temperature=1.0, top_k=k),
-                   softmax([1.0, 3.0, 2.0]).tolist(), rule) for k in (0, 3, 10)]
+                   softmax([1.0, 3.0, 2.0]).tolist(), rule) for k in (0, 3, 10)] + \
+        drawn_distribution_cases(drawn("top_k_keeps_the_k_highest"), "top_k", rule)
 
 
 def test_top_k_keeps_the_k_highest():
@@ -508,7 +509,7 @@ def cases_top_p_keeps_the_token_that_crosses():
     cases.append(dist_case(f"five ids of 0.2, top_p 0.8: the fourth sum reaches it, {kept} kept", [0.0] * 5,
                            params(temperature=1.0, top_p=0.8), spread(list(range(kept)), 1.0 / kept, 5),
                            rule + "; the running sum from the top, not the mass left in the tail"))
-    return cases
+    return cases + drawn_distribution_cases(drawn("top_p_keeps_the_token_that_crosses"), "top_p", rule)
 
 
 def test_top_p_keeps_the_token_that_crosses():
@@ -524,7 +525,7 @@ def cases_min_p_relative_to_the_top_probability():
         dist_case("min_p 0.4", x, params(temperature=1.0, min_p=0.4), [1, 0, 0, 0], rule),
         dist_case("min_p 1 keeps the ids tied with the top", [1.0, 1.0, 0.0], params(temperature=1.0, min_p=1.0),
                   [0.5, 0.5, 0], rule),
-    ]
+    ] + drawn_distribution_cases(drawn("min_p_relative_to_the_top_probability"), "min_p", rule)
 
 
 def test_min_p_relative_to_the_top_probability():
@@ -546,7 +547,7 @@ def cases_filters_apply_in_order():
         # the repetition penalty moves id 0 out of the top 2
         dist_case("penalties before top-k", x, params(temperature=1.0, top_k=2, repetition_penalty=4.0),
                   spread([1, 2], [0.5, 0.5], 5), rule, prompt="[0]"),
-    ]
+    ] + drawn_distribution_cases(drawn("filters_apply_in_order"), "everything", rule, penalties=True)
 
 
 def test_filters_apply_in_order():
@@ -589,7 +590,7 @@ def cases_sample_walks_the_running_sum():
         cases.append(case(f"seed {seed}: eight equal logits", text,
                           {"token": "int(8 * stream(seed).next_f64())", "u32 draws": 2}, draw_rule,
                           judge=judge_one_float_walk))
-    return cases
+    return cases + drawn_walk_cases(drawn("sample_walks_the_running_sum"))
 
 
 def test_sample_walks_the_running_sum():
@@ -600,22 +601,25 @@ LOGPROB_RULE = ("card 2.3 (worked in section 3): the logprob is log_softmax_at(p
                 "penalized[token] - logsumexp(penalized): after the penalties, before temperature and the filters")
 
 
-def cases_logprob_is_log_softmax_of_penalized_logits():
-    penalized = [2.0 / 1.5, 1.0, 0.0, -1.0]
-    want = {f"logprob if token {t}": penalized[t] - logsumexp(penalized) for t in (0, 1)}
-
+def logprob_judge(want: dict[int, float]):
+    """A (token, logprob) pair whose token is one of ``want``'s and whose logprob is ``want[token]``."""
     def judge(got, _want) -> str | None:
         if not (isinstance(got, list) and len(got) == 2):
             return unexpected(got, "a (token, logprob) pair")
         token, logprob = got
-        if token not in (0, 1):
-            return f"top_k 2 keeps ids 0 and 1; sample gave {token!r}"
-        expected = want[f"logprob if token {token}"]
-        if not (isinstance(logprob, float) and math.isclose(logprob, expected, rel_tol=0, abs_tol=1e-12)):
-            return (f"the logprob of id {token} is penalized[{token}] - logsumexp(penalized) = {expected!r} "
+        if token not in want:
+            return f"the filters keep ids {sorted(want)}; sample gave {token!r}"
+        if not (isinstance(logprob, float) and math.isclose(logprob, want[token], rel_tol=1e-12, abs_tol=1e-12)):
+            return (f"the logprob of id {token} is penalized[{token}] - logsumexp(penalized) = {want[token]!r} "
                     "whatever the temperature and filters")
         return None
+    return judge
 
+
+def cases_logprob_is_log_softmax_of_penalized_logits():
+    penalized = [2.0 / 1.5, 1.0, 0.0, -1.0]
+    want = {f"logprob if token {t}": penalized[t] - logsumexp(penalized) for t in (0, 1)}
+    judge = logprob_judge({t: penalized[t] - logsumexp(penalized) for t in (0, 1)})
     prm = params(temperature=0.5, top_k=2, repetition_penalty=1.5)
     return [
         case("card 3: [0, 1, 3, 0.5] at id 2", "log_softmax_at(np.array([0.0, 1.0, 3.0, 0.5]), 2)",
@@ -624,7 +628,7 @@ def cases_logprob_is_log_softmax_of_penalized_logits():
              -1.0 - math.log1p(math.exp(-1.0) + math.exp(-1000.0)), LOGPROB_RULE),
     ] + [case(f"seed {seed}: T 0.5, top_k 2, penalty 1.5 on id 0",
               f"sample({f32([2.0, 1.0, 0.0, -1.0])}, {prm}, [0], [], stream({seed}))", want, LOGPROB_RULE, judge=judge)
-         for seed in range(10)]
+         for seed in range(10)] + drawn_logprob_cases(drawn("logprob_is_log_softmax_of_penalized_logits"))
 
 
 def test_logprob_is_log_softmax_of_penalized_logits():
@@ -779,8 +783,7 @@ def golden_sampling_case(label: str, c: dict) -> Case:
 GOLDEN_KINDS = ("greedy", "temperature", "top_k", "top_p", "min_p", "everything")
 
 
-def drawn_sampling_record(draws, i: int) -> dict:
-    kind = GOLDEN_KINDS[i % len(GOLDEN_KINDS)]
+def drawn_sampling_record(draws, kind: str) -> dict:
     vocab = draws.randint(2, 48)
     style = draws.randrange(3)
     if style == 0:
@@ -817,11 +820,77 @@ def drawn_sampling_record(draws, i: int) -> dict:
             "token": token, "logprob": logprob, "next_u32": rng.next_u32()}
 
 
+def drawn_distribution_cases(draws, kind: str, rule: str, penalties: bool = False) -> list[Case]:
+    """``distribution`` of logits and filters of ``kind`` drawn as the fixture's are (and its penalties,
+    where ``penalties``), the answer the reference's: a test's own rule over cases no table holds."""
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        c = drawn_sampling_record(draws, kind)
+        knobs = c["params"] if penalties else {k: v for k, v in c["params"].items() if not k.endswith("penalty")}
+        prompt, output = (c["prompt"], c["output"]) if penalties else ([], [])
+        sampling = reference("sampling")
+        want = sampling.distribution(np.array(c["logits"], dtype=np.float32), sampling.SamplingParams(**knobs),
+                                     prompt, output).tolist()
+        cases.append(dist_case(f"drawn-{i} (drawn when graded)", c["logits"], params(**{**PARAM_DEFAULTS, **knobs}),
+                               want, rule, prompt=str(prompt), output=str(output)))
+    return cases
+
+
+def drawn_draw_cases(draws, kind: str, rule: str) -> list[Case]:
+    """``sample`` as the fixture's cases of ``kind`` draw it, from a fresh stream: its token, its logprob
+    and the u32 draws it took, the reference's."""
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        c = drawn_sampling_record(draws, kind)
+        sampling = reference("sampling")
+        rng = sampling.stream(c["seed"])
+        token, logprob = sampling.sample(np.array(c["logits"], dtype=np.float32), sampling.SamplingParams(**c["params"]),
+                                         c["prompt"], c["output"], rng)
+        after, fresh = rng.next_u32(), sampling.stream(c["seed"])
+        prm = params(**{**PARAM_DEFAULTS, **c["params"]})
+        text = (f"rng = stream({c['seed']}); token, logprob = sample({f32(c['logits'])}, {prm}, {c['prompt']}, "
+                f"{c['output']}, rng); {draws_text(c['seed'])}; {{'token': token, 'logprob': logprob, 'u32 draws': draws}}")
+        cases.append(case(f"drawn-{i} {kind} (drawn when graded)", text,
+                          {"token": token, "logprob": logprob, "u32 draws": [fresh.next_u32() for _ in range(8)].index(after)},
+                          rule))
+    return cases
+
+
+def drawn_logprob_cases(draws) -> list[Case]:
+    """``sample`` of fixture-like cases with every knob set: whichever id it draws from the support, its
+    logprob is the reference's log-softmax of the penalized logits there."""
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        c = drawn_sampling_record(draws, "everything")
+        sampling = reference("sampling")
+        logits, prm = np.array(c["logits"], dtype=np.float32), sampling.SamplingParams(**c["params"])
+        penalized = sampling.apply_penalties(logits, prm, c["prompt"], c["output"])
+        support = np.flatnonzero(sampling.distribution(logits, prm, c["prompt"], c["output"]) > 0).tolist()
+        want = {t: sampling.log_softmax_at(penalized, t) for t in support}
+        text = (f"token, logprob = sample({f32(c['logits'])}, {params(**{**PARAM_DEFAULTS, **c['params']})}, "
+                f"{c['prompt']}, {c['output']}, stream({c['seed']})); [token, logprob]")
+        cases.append(case(f"drawn-{i} (drawn when graded)", text, {f"logprob if token {t}": v for t, v in want.items()},
+                          LOGPROB_RULE, judge=logprob_judge(want)))
+    return cases
+
+
+def drawn_walk_cases(draws) -> list[Case]:
+    """``walk`` of drawn probabilities (some ids with no mass, sums short of 1 or past it) and u."""
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        p = [0.0 if draws.random() < 0.3 else round(draws.random(), 3) for _ in range(draws.randint(2, 10))]
+        p[draws.randrange(len(p))] = round(draws.uniform(0.05, 1.0), 3)
+        u = round(draws.random(), 4)
+        cases.append(case(f"drawn-{i} (drawn when graded)", f"walk(np.array({p!r}), {u!r})",
+                          reference("sampling").walk(np.array(p), u), WALK_RULE))
+    return cases
+
+
 def cases_sampler_matches_golden():
     cases = [golden_sampling_case(f"#{c['id']} {c['kind']}", c) for c in load_fixture(GOLDEN)["sampling"]]
     draws = drawn("sampler_matches_golden")
     for i in range(DRAWN_SAMPLES if draws is not None else 0):
-        c = drawn_sampling_record(draws, i)
+        c = drawn_sampling_record(draws, GOLDEN_KINDS[i % len(GOLDEN_KINDS)])
         cases.append(golden_sampling_case(f"drawn-{i} {c['kind']} (drawn when graded)", c))
     return cases
 
