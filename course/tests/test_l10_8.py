@@ -96,7 +96,7 @@ def cases_hand_example_prompt_lookup():
         lookup("exactly n + 1 tokens", [7, 7, 7], 2, 2, 2, [7]),
         lookup("k = 0 drafts nothing", [5, 6, 7, 8, 5, 6], 0, 3, 1, []),
         lookup("k < 0 drafts nothing", [5, 6, 7, 8, 5, 6], -1, 3, 1, []),
-    ]
+    ] + drawn_edge_cases(drawn("hand_example_prompt_lookup"), "prompt_lookup")
 
 
 def test_hand_example_prompt_lookup():
@@ -107,6 +107,19 @@ def test_hand_example_prompt_lookup():
 # recorded case is public, and a table of them has no answer for these.
 DRAWN_CASES = 8
 DRAWN_GREEDY = 2  # requests greedy_spec_equals_greedy_without_spec draws, each under every draft
+
+
+def drawn_edge_cases(draws, name: str) -> list[Case]:
+    """``prompt_lookup`` or ``ngram_draft`` where the hand examples sit: contexts of 0 to 8 tokens
+    over three ids, k from -1 to 5, the n-grams from 1 to 3; the answers the reference's."""
+    cases = []
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        ctx, k, top = [draws.randrange(3) for _ in range(draws.randint(0, 8))], draws.randint(-1, 5), draws.randint(1, 3)
+        fn, args, rule = ((prompt_lookup, (ctx, k, top, draws.randint(1, top)), LOOKUP_RULE) if name == "prompt_lookup"
+                          else (ngram_draft, (ctx, k, top), NGRAM_RULE))
+        cases.append(call(f"drawn-{i} (drawn when graded)", fn, *args,
+                          expected=getattr(reference("spec"), name)(*args), rule=rule))
+    return cases
 
 
 def drawn_context(draws, vocab: int) -> list[int]:
@@ -158,7 +171,7 @@ def cases_ngram_draft_hand_example():
         ngram("back-off to a shorter context", [4, 6, 9, 6], 1, 3, [9]),
         ngram("nothing matches", [1, 2, 3], 4, 3, []),
         ngram("n = 1: no context length to try", [3, 3, 3], 4, 1, []),
-    ]
+    ] + drawn_edge_cases(drawn("ngram_draft_hand_example"), "ngram_draft")
 
 
 def test_ngram_draft_hand_example():
