@@ -8,6 +8,7 @@ so a request served in company can be compared with the same request served alon
 
 import math
 import random
+from typing import Callable, NamedTuple
 
 from graded import DRAWN_RULE_CASES, drawn, load_fixture, reference
 from grader.cases import Case, call, check, raises
@@ -37,6 +38,40 @@ def small() -> TinyLlama:
     if not _small:
         _small.append(TinyLlama.random(LlamaConfig(**SMALL), 5))
     return _small[0]
+
+
+_reference_small: list = []
+
+
+def reference_small():
+    """:func:`small` by the reference's copy of the given llama, built once per process in the judge:
+    the same weights, for the drawn cases the reference answers."""
+    if not _reference_small:
+        model = reference("model")
+        _reference_small.append(model.TinyLlama.random(model.LlamaConfig(**SMALL), 5))
+    return _reference_small[0]
+
+
+class Engine(NamedTuple):
+    """What a scheduler scenario runs on: the server, the policy, the small llama and greedy
+    settings, and ``greedy(prompt, max_new)``, the tokens L10.8's plain generate emits alone. The
+    scenario runs on the code under test (:func:`under_test`); a drawn case's answer is the same
+    scenario on the reference (:func:`the_reference`), in the judge."""
+    Server: type
+    Policy: type
+    model: object
+    greedy_params: object
+    greedy: Callable[[list[int], int], list[int]]
+
+
+def under_test() -> Engine:
+    return Engine(Server, Policy, small(), GREEDY, lambda p, n: alone(p, 0, GREEDY, 0, n)["tokens"])
+
+
+def the_reference() -> Engine:
+    serve = reference("serve")
+    return Engine(serve.Server, serve.Policy, reference_small(), reference("sampling").SamplingParams(),
+                  lambda p, n: reference_alone(p, 0, 0.0, 0, n)["tokens"])
 
 
 def rounded(values) -> list[float]:
@@ -389,8 +424,7 @@ def generated_row(g) -> dict:
 
 def reference_alone(prompt, k, temperature, seed, max_new) -> dict:
     """:func:`alone` by the reference's L10.8 on the given llama, worked out in the judge."""
-    spec, model_ref = reference("spec"), reference("model")
-    model = model_ref.TinyLlama.random(model_ref.LlamaConfig(**SMALL), 5)
+    spec, model = reference("spec"), reference_small()
     cfg = spec.SpecConfig.parse("none" if k == 0 else "prompt_lookup", max(k, 1))
     target = reference("runner").RunnerTarget(model, model.new_pool(32, 4))
     params = reference("sampling").SamplingParams(temperature=temperature)
@@ -547,13 +581,14 @@ def counted_step(server, model: RowCounter) -> tuple:
     return report, model.rows - before
 
 
-def wrapped_server(policy: Policy, **kwargs) -> tuple:
+def wrapped_server(policy: Policy, on: Engine | None = None, **kwargs) -> tuple:
     """A server on ``small()`` wrapped in a :class:`RowCounter`, placing admissions as it would unwrapped."""
-    model = RowCounter(small())
-    return Server(model, model.new_pool(64, 4), policy, place=not model.model.rows_alone, **kwargs), model
+    e = on or under_test()
+    model = RowCounter(e.model)
+    return e.Server(model, model.new_pool(64, 4), policy, place=not model.model.rows_alone, **kwargs), model
 
 
-def off_rows(batch: int) -> dict:
+def off_rows(batch: int, prompts: list[list[int]] = PROMPTS[:4], max_new: int = 6) -> dict:
     calls = []
 
     def spy(ctx, k):
@@ -563,11 +598,11 @@ def off_rows(batch: int) -> dict:
     model = RowCounter(small())
     # place given: the code under test reads only the methods of a model the test wraps, not rows_alone
     server = Server(model, model.new_pool(64, 4), Policy("off"), max_batch=batch, drafter=spy, place=False)
-    for i, p in enumerate(PROMPTS[:4]):
-        server.submit(p, GREEDY, seed=i, max_new=6)
+    ids = {server.submit(p, GREEDY, seed=i, max_new=max_new): p for i, p in enumerate(prompts)}
+    most = len(prompts) * (max_new + 1)  # each request's max_new steps, one after another: a correct server is idle sooner
     reported = pending = 0
     missing: list[int] = []
-    for _ in range(4 * 7):  # each request's max_new steps: a correct server is idle sooner
+    for _ in range(most):
         if server.idle():
             break
         before = {r.rid for r in server.running}
@@ -575,47 +610,61 @@ def off_rows(batch: int) -> dict:
         ran = {r.rid for r in server.running} | set(report.finished)
         missing += sorted(ran - set(report.ks))
         # what the step fed beyond each request's pending ids (prompt, or its last token)
-        pending += sum(len(PROMPTS[rid]) if rid not in before else 1 for rid in report.ks)
+        pending += sum(len(ids.get(rid, [])) if rid not in before else 1 for rid in report.ks)
         reported += report.rows
     if not server.idle():
-        return {"stuck": f"not idle after {4 * 7} steps: {still_held(server)}"}
+        return {"stuck": f"not idle after {most} steps: {still_held(server)}"}
     return {"requests that ran in a step but are not in its report.ks": missing,
             "drafter calls": len(calls), "rows fed": model.rows, "rows reported": reported,
             "prompt ids and last tokens of the requests in report.ks": pending,
             "most requests in one pass": model.widest}
 
 
-def cases_off_is_plain_decoding():
-    rule = ("card 2.3: k = 0 is the plain path: no drafter call, no row beyond the request's pending ids "
+OFF_RULE = ("card 2.3: k = 0 is the plain path: no drafter call, no row beyond the request's pending ids "
             "(its prompt in its first step, then its last token); card 2.4: one forward a step feeds every "
             "running request's rows, and the step's ks holds every request that ran in it, one that ended too")
+
+
+def cases_off_is_plain_decoding():
     cases = []
     for batch in (1, 4):
-        model_rows = off_rows_expected(batch)
+        model_rows = off_rows_expected(batch, PROMPTS[:4], 6)
         cases.append(Case(f"B={batch}", f"off_rows({batch})   # off_rows() in course/tests/test_l10_10.py",
-                          lambda b=batch: off_rows(b), model_rows, rule))
-    return cases
+                          lambda b=batch: off_rows(b), model_rows, OFF_RULE))
+    draws = drawn("off_is_plain_decoding")
+    return cases + [drawn_off_case(draws, i) for i in range(DRAWN_RULE_CASES if draws is not None else 0)]
 
 
-def off_rows_expected(batch: int) -> dict:
-    """What plain decoding feeds: each prompt once, then one row per token emitted but the last."""
-    rows = sum(len(p) for p in PROMPTS[:4]) + 4 * (6 - 1)
+def drawn_off_case(draws: random.Random, i: int) -> Case:
+    """Plain decoding of 1 to 6 drawn prompts (a pool of 64 blocks of 4 holds all their budgets at
+    once) at a drawn B and max_new; the answer is the rule's count, as for the public cases."""
+    prompts = [[draws.randrange(24) for _ in range(draws.randint(1, 12))] for _ in range(draws.randint(1, 6))]
+    batch, max_new = draws.randint(1, 6), draws.randint(1, 8)
+    return Case(f"drawn-{i}: B={batch}, {len(prompts)} requests, max_new {max_new} (drawn when graded)",
+                f"off_rows({batch}, {prompts}, {max_new})   # off_rows() in course/tests/test_l10_10.py",
+                lambda a=(batch, prompts, max_new): off_rows(*a), off_rows_expected(batch, prompts, max_new), OFF_RULE)
+
+
+def off_rows_expected(batch: int, prompts: list[list[int]], max_new: int) -> dict:
+    """What plain decoding feeds: each prompt once, then one row per token emitted but the last;
+    its first step runs every request the batch holds."""
+    rows = sum(len(p) for p in prompts) + len(prompts) * (max_new - 1)
     return {"requests that ran in a step but are not in its report.ks": [],
             "drafter calls": 0, "rows fed": rows, "rows reported": rows,
             "prompt ids and last tokens of the requests in report.ks": rows,
-            "most requests in one pass": batch}
+            "most requests in one pass": min(batch, len(prompts))}
 
 
 def test_off_is_plain_decoding():
     check(cases_off_is_plain_decoding())
 
 
-def admission_order(batch: int, lengths: list[int], pool_blocks: int) -> dict:
+def admission_order(batch: int, lengths: list[int], pool_blocks: int, on: Engine | None = None) -> dict:
     """The requests in the order they first ran (by arrival position; those admitted in the same step
     by arrival), the most that ran at once, and whether every one was served."""
-    model = small()
-    server = Server(model, model.new_pool(pool_blocks, 4), Policy("static", 3), max_batch=batch)
-    ids = [server.submit([1, 2, 3, 1, 2], GREEDY, seed=i, max_new=n) for i, n in enumerate(lengths)]
+    e = on or under_test()
+    server = e.Server(e.model, e.model.new_pool(pool_blocks, 4), e.Policy("static", 3), max_batch=batch)
+    ids = [server.submit([1, 2, 3, 1, 2], e.greedy_params, seed=i, max_new=n) for i, n in enumerate(lengths)]
     first, peak, step = {}, 0, 0
     while not server.idle():
         if step == sum(n + 1 for n in lengths):  # a correct server is idle sooner
@@ -633,15 +682,15 @@ def admission_order(batch: int, lengths: list[int], pool_blocks: int) -> dict:
 
 
 def admitted_at_once(lengths: list[int], budgets: list[int], batch: int = 2, place: bool = True,
-                     pool_blocks: int = 256) -> dict:
+                     pool_blocks: int = 256, on: Engine | None = None) -> dict:
     """Prompts of these lengths and budgets queued on a server with ``place`` and a pool of
     ``pool_blocks`` 4-token blocks, then one ``_admit``: the running requests in the order admitted,
     and the ``max_new = 0`` ones it admitted and finished on the way (they take no seat, so one call
     can pass a request over many times)."""
-    model = small()
-    server = Server(model, model.new_pool(pool_blocks, 4), Policy("off"), max_batch=batch, place=place)
+    e = on or under_test()
+    server = e.Server(e.model, e.model.new_pool(pool_blocks, 4), e.Policy("off"), max_batch=batch, place=place)
     for i, (n, m) in enumerate(zip(lengths, budgets)):
-        server.submit([1 + (j % 5) for j in range(n)], GREEDY, seed=i, max_new=m)
+        server.submit([1 + (j % 5) for j in range(n)], e.greedy_params, seed=i, max_new=m)
     server._admit()
     return {"running": [r.rid for r in server.running], "finished at admission": list(server.results)}
 
@@ -674,17 +723,20 @@ def admitted_after_steps(first: int, steps: int, lengths: list[int], batch: int 
     return [r.rid for r in server.running]
 
 
+ADMISSION_RULE = ("card 2.4: the queue's head is admitted first, while fewer than max_batch run and the pool can hold "
+                  "its whole budget (blocks_for(prompt + max_new)) beside the budgets the running reserve, whatever "
+                  "pool.num_free() says; no request overtakes it")
+PLACED_RULE = ("card 2.4: with place, among the first 16 queued requests (the head and the 15 behind it), those the "
+               "pool holds, the one whose last token's slot "
+               "(len(prompt) - 1) % 16 the fewest running requests' last tokens share (a running request's: "
+               "(len(prompt) + len(out.tokens) - 1) % 16; one admitted earlier in the same _admit counts, a max_new = 0 "
+               "one not: it never runs), the earliest on a tie; "
+               "every request passed over, one the pool cannot hold yet too, counts one more overtaken, and "
+               "a head passed over 16 times goes next")
+
+
 def cases_admission_placed_never_starved():
-    rule = ("card 2.4: the queue's head is admitted first, while fewer than max_batch run and the pool can hold "
-            "its whole budget (blocks_for(prompt + max_new)) beside the budgets the running reserve, whatever "
-            "pool.num_free() says; no request overtakes it")
-    placed = ("card 2.4: with place, among the first 16 queued requests (the head and the 15 behind it), those the "
-              "pool holds, the one whose last token's slot "
-              "(len(prompt) - 1) % 16 the fewest running requests' last tokens share (a running request's: "
-              "(len(prompt) + len(out.tokens) - 1) % 16; one admitted earlier in the same _admit counts, a max_new = 0 "
-              "one not: it never runs), the earliest on a tie; "
-              "every request passed over, one the pool cannot hold yet too, counts one more overtaken, and "
-              "a head passed over 16 times goes next")
+    rule, placed = ADMISSION_RULE, PLACED_RULE
     return [
         Case("a request on a crowded slot waits for one on a free slot",
              "admitted_at_once([5, 5, 6], [3, 3, 3], batch=3)", lambda: admitted_at_once([5, 5, 6], [3, 3, 3], batch=3),
@@ -732,7 +784,40 @@ def cases_admission_placed_never_starved():
         Case("a short request behind a long one", "admission_order(1, [12, 1, 1, 1], 64)",
              lambda: admission_order(1, [12, 1, 1, 1], 64), {"admitted": [0, 1, 2, 3], "peak": 1, "all served": True},
              rule),
-    ]
+    ] + drawn_admission_cases(drawn("admission_placed_never_starved"))
+
+
+def drawn_admission_cases(draws: random.Random | None) -> list[Case]:
+    """When graded: requests of one prompt served to the end at a drawn batch, budgets and pool (one
+    that holds the largest budget), and one _admit over a drawn queue of prompts of 5 to 8 tokens,
+    up to 28 of them, many max_new = 0; the reference runs the same scenario in the judge."""
+    if draws is None:
+        return []
+    cases = []
+    for i in range(DRAWN_RULE_CASES):
+        batch, lengths = draws.randint(1, 4), [draws.randint(1, 12) for _ in range(draws.randint(3, 8))]
+        pool = draws.randint(5, 20)
+        cases.append(Case(f"drawn-{i}: served to the end (drawn when graded)",
+                          f"admission_order({batch}, {lengths}, {pool})",
+                          lambda a=(batch, lengths, pool): admission_order(*a),
+                          admission_order(batch, lengths, pool, on=the_reference()), ADMISSION_RULE))
+    for i in range(DRAWN_RULE_CASES):
+        # a few requests on one slot, then many max_new = 0 ones on another (they take no seat, so
+        # one _admit can pass the first group's later ones over 16 times), then a few anywhere
+        first, other = draws.sample(range(5, 9), 2)
+        groups = [(first, draws.randint(1, 4), 0.0), (other, draws.randint(0, 22), 1.0), (None, draws.randint(0, 3), 0.3)]
+        lengths, budgets = [], []
+        for length, count, zeros in groups:
+            for _ in range(count):
+                lengths.append(length or draws.randint(5, 8))
+                budgets.append(0 if draws.random() < zeros else draws.randint(1, 6))
+        batch, place, pool = draws.randint(2, 4), draws.random() < 0.8, draws.randint(6, 40)
+        cases.append(Case(f"drawn-{i}: one _admit (drawn when graded)",
+                          f"admitted_at_once({lengths}, {budgets}, batch={batch}, place={place}, pool_blocks={pool})",
+                          lambda a=(lengths, budgets, batch, place, pool): admitted_at_once(*a),
+                          admitted_at_once(lengths, budgets, batch, place, pool, on=the_reference()),
+                          PLACED_RULE if place else ADMISSION_RULE))
+    return cases
 
 
 def test_admission_placed_never_starved():
@@ -748,39 +833,41 @@ def moved(a: float, seen: float, weight: float = 0.3) -> float:
 LATER = [9] * 7  # as long as PROMPTS[0] and PROMPTS[1]
 
 
-def pooled_start(first: int) -> dict:
-    """``first`` requests (PROMPTS[0..first - 1], greedy, static k = 2, max_new 3) run together: in
-    the first step each drafts the next greedy token and a wrong one (2 drafted, 1 kept), in the
-    second none (its cap is 0), and each ends. LATER, queued behind them, is admitted after (its last
-    token on their slot: placement keeps arrival order).
-    Positions 1 to 3 of each running request's estimate and of the pool's after the first step, and
-    where the later request's estimate starts."""
-    model = small()
-    greedy = {tuple(p): alone(p, 0, GREEDY, 0, 4)["tokens"] for p in PROMPTS[:first]}
+def pooled_start(first: int, k: int = 2, right: int = 1, max_new: int = 3, on: Engine | None = None) -> dict:
+    """``first`` requests (PROMPTS[0..first - 1], greedy, static k, max_new) run together: in each
+    step each drafts ``right`` of the next greedy tokens, then wrong ones up to k (by default 2
+    drafted, 1 kept in the first step; in the second none, its cap is 0), until each ends. LATER,
+    queued behind them, is admitted after (its last token on their slot: placement keeps arrival
+    order). Positions 1 to k + 1 of each running request's estimate and of the pool's after the
+    first step, and where the later request's estimate starts."""
+    e = on or under_test()
+    greedy = {tuple(p): e.greedy(p, max_new + k + 1) for p in PROMPTS[:first]}
 
-    def right_then_wrong(ctx, k):
+    def right_then_wrong(ctx, most):
         for p, tokens in greedy.items():
             if tuple(ctx[:len(p)]) == p:
-                e = len(ctx) - len(p)
-                return [tokens[e], (tokens[e + 1] + 1) % 24][:k]
+                at = len(ctx) - len(p)
+                return (tokens[at:at + right] + [(tokens[at + right] + 1) % 24] * k)[:most]
         return []
 
-    server = Server(model, model.new_pool(64, 4), Policy("static", 2), max_batch=first, drafter=right_then_wrong)
+    server = e.Server(e.model, e.model.new_pool(64, 4), e.Policy("static", k), max_batch=first,
+                      drafter=right_then_wrong)
     for i in range(first):
-        server.submit(PROMPTS[i], GREEDY, seed=i, max_new=3)
-    server.submit(LATER, GREEDY, seed=first, max_new=3)
+        server.submit(PROMPTS[i], e.greedy_params, seed=i, max_new=max_new)
+    server.submit(LATER, e.greedy_params, seed=first, max_new=3)
     server.step()
-    after = {"estimates": [rounded(r.estimate.rates[:3]) for r in server.running],
-             "pooled": rounded(server.pooled.rates[:3])}
-    for _ in range(first * 4):  # max_new 3 each: a correct server ends them sooner
+    after = {"estimates": [rounded(r.estimate.rates[:k + 1]) for r in server.running],
+             "pooled": rounded(server.pooled.rates[:k + 1])}
+    most = first * (max_new + 1)  # a correct server ends them sooner
+    for _ in range(most):
         if not server.running:
             break
         server.step()
     if server.running:
-        return {"stuck": f"requests {[r.rid for r in server.running]} still running after {first * 4} steps"}
+        return {"stuck": f"requests {[r.rid for r in server.running]} still running after {most} steps"}
     server._admit()
     return {"after the first step": after,
-            "the later request starts at": rounded(server.running[0].estimate.rates[:3])}
+            "the later request starts at": rounded(server.running[0].estimate.rates[:k + 1])}
 
 
 def pooled_after_an_end() -> list[float]:
@@ -803,11 +890,14 @@ def first_estimate() -> list[float]:
     return rounded(server.running[0].estimate.rates)
 
 
+ESTIMATE_RULE = ("card 2.4: _admit starts a request's estimate as a copy of self.pooled; _verify updates the request's "
+                 "estimate and self.pooled, each once a round (card 2.1: a round of 2 drafted, 1 kept moves position 1 "
+                 "WEIGHT = 0.3 of the way to 1 and position 2 0.3 of the way to 0; the pool moves POOL_WEIGHT = 0.1 of the "
+                 "way, its own weight)")
+
+
 def cases_estimate_starts_from_the_pool():
-    rule = ("card 2.4: _admit starts a request's estimate as a copy of self.pooled; _verify updates the request's "
-            "estimate and self.pooled, each once a round (card 2.1: a round of 2 drafted, 1 kept moves position 1 "
-            "WEIGHT = 0.3 of the way to 1 and position 2 0.3 of the way to 0; the pool moves POOL_WEIGHT = 0.1 of the "
-            "way, its own weight)")
+    rule = ESTIMATE_RULE
     one = [moved(0.85, 1.0), moved(0.85, 0.0), 0.85]
     pool_one = [moved(0.85, 1.0, 0.1), moved(0.85, 0.0, 0.1), 0.85]
     pool_two = [moved(pool_one[0], 1.0, 0.1), moved(pool_one[1], 0.0, 0.1), 0.85]
@@ -826,21 +916,39 @@ def cases_estimate_starts_from_the_pool():
         Case("a round that ends its request updates the pool too",
              "pooled_after_an_end()   # pooled_after_an_end() in course/tests/test_l10_10.py", pooled_after_an_end,
              rounded([moved(0.85, 0.0, 0.1), 0.85, 0.85]), rule),
-    ]
+    ] + drawn_estimate_cases(drawn("estimate_starts_from_the_pool"))
+
+
+def drawn_estimate_cases(draws: random.Random | None) -> list[Case]:
+    """When graded: :func:`pooled_start` of 1 to 4 requests at a drawn static k, kept tokens and
+    max_new; the reference runs the same scenario in the judge."""
+    if draws is None:
+        return []
+    cases = []
+    for i in range(DRAWN_RULE_CASES):
+        first, k = draws.randint(1, 4), draws.randint(1, 5)
+        right, max_new = draws.randint(0, k), draws.randint(2, 8)
+        cases.append(Case(f"drawn-{i}: {first} requests, static k={k}, {right} right a round (drawn when graded)",
+                          f"pooled_start({first}, k={k}, right={right}, max_new={max_new})"
+                          "   # pooled_start() in course/tests/test_l10_10.py",
+                          lambda a=(first, k, right, max_new): pooled_start(*a),
+                          pooled_start(first, k, right, max_new, on=the_reference()), ESTIMATE_RULE))
+    return cases
 
 
 def test_estimate_starts_from_the_pool():
     check(cases_estimate_starts_from_the_pool())
 
 
-def prefix_rows(first: list[int], second: list[int], cache: bool = True) -> dict:
+def prefix_rows(first: list[int], second: list[int], cache: bool = True, on: Engine | None = None) -> dict:
     """Request A (``first``) runs one step alone; then B (``second``) arrives and both decode plainly
     (policy off, greedy, max_new 4). The rows fed in the first two steps, both outputs, and the free
     blocks at the end (a pool of 64 blocks of 4)."""
-    server, model = wrapped_server(Policy("off"), max_batch=2, prefix_cache=cache)
-    a = server.submit(first, GREEDY, max_new=4)
+    e = on or under_test()
+    server, model = wrapped_server(e.Policy("off"), e, max_batch=2, prefix_cache=cache)
+    a = server.submit(first, e.greedy_params, max_new=4)
     steps = [counted_step(server, model)]
-    b = server.submit(second, GREEDY, max_new=4)
+    b = server.submit(second, e.greedy_params, max_new=4)
     steps.append(counted_step(server, model))
     stuck = drained(server, 2 * 5)
     if stuck:
@@ -850,10 +958,12 @@ def prefix_rows(first: list[int], second: list[int], cache: bool = True) -> dict
             "free blocks": server.pool.num_free(), **({} if reported == fed else {"their reports' rows": reported})}
 
 
+PREFIX_RULE = ("card 2.4: with prefix_cache, _verify offers a running request's prompt blocks (_offer_prompt) and "
+               "_admit calls _share_prefix(head): the head takes the indexed full blocks of its prompt and feeds only "
+               "the rest, its last token always; its output is its output alone")
+
+
 def cases_prefix_cache_feeds_the_rest():
-    rule = ("card 2.4: with prefix_cache, _verify offers a running request's prompt blocks (_offer_prompt) and "
-            "_admit calls _share_prefix(head): the head takes the indexed full blocks of its prompt and feeds only "
-            "the rest, its last token always; its output is its output alone")
     a = PROMPTS[2]  # 9 tokens: blocks 0 and 1 full once its first step is verified
     shapes = [("the same 9-token prompt: 2 blocks shared, 1 row fed", a, True, 1),
               ("a prompt sharing its first block: 5 rows fed", a[:4] + [1, 2, 3, 4, 5], True, 5),
@@ -866,8 +976,25 @@ def cases_prefix_cache_feeds_the_rest():
                 "free blocks": 64}
         text = (f"prefix_rows({a}, {b}" + (")" if cache else ", cache=False)")
                 + "   # prefix_rows() in course/tests/test_l10_10.py")
-        cases.append(Case(label, text, lambda b=b, cache=cache: prefix_rows(a, b, cache), want, rule))
-    return cases
+        cases.append(Case(label, text, lambda b=b, cache=cache: prefix_rows(a, b, cache), want, PREFIX_RULE))
+    draws = drawn("prefix_cache_feeds_the_rest")
+    return cases + [drawn_prefix_case(draws, i) for i in range(DRAWN_RULE_CASES if draws is not None else 0)]
+
+
+def drawn_prefix_case(draws: random.Random, i: int) -> Case:
+    """A drawn first prompt of 4 to 14 tokens and a second that shares a drawn start of it (often all
+    of it, or whole blocks), then a drawn tail; the reference runs the same two requests in the judge."""
+    first = [draws.randrange(24) for _ in range(draws.randint(4, 14))]
+    # shared: all of it, a whole number of blocks, or any start
+    shared = draws.choice([len(first), 4 * draws.randint(1, len(first) // 4), draws.randint(0, len(first))])
+    second = first[:shared] + [draws.randrange(24) for _ in range(draws.choice([0, 0, draws.randint(1, 5)]))]
+    second = second or [draws.randrange(24)]
+    cache = draws.random() < 0.8
+    text = (f"prefix_rows({first}, {second}" + (")" if cache else ", cache=False)")
+            + "   # prefix_rows() in course/tests/test_l10_10.py")
+    return Case(f"drawn-{i}: {len(first)} and {len(second)} tokens (drawn when graded)", text,
+                lambda a=(first, second, cache): prefix_rows(*a), prefix_rows(first, second, cache, on=the_reference()),
+                PREFIX_RULE)
 
 
 def test_prefix_cache_feeds_the_rest():
