@@ -268,6 +268,7 @@ HAND_ROWS = [np.array([0, 1, 3, 0.5], dtype=np.float32),
 
 
 def cases_hand_example_greedy_verify():
+    draws = drawn("hand_example_greedy_verify")
     undrawn = stream(7).next_u32()   # greedy draws nothing: the next u32 is the stream's first
     lp0 = 3 - lse(0, 1, 3, 0.5)
     lp1 = 2 - lse(0, 1, 0.5, 2)
@@ -284,7 +285,7 @@ def cases_hand_example_greedy_verify():
                     [], None, GREEDY, [0], [], 7,
                     {"tokens": [3], "n_accepted": 0, "logprobs": [2 - lse(0, 1, 2)], "next_u32": undrawn},
                     GREEDY_RULE + "; a row may hold -inf (a masked id), not NaN or +inf, and needs one finite value"),
-    ]
+    ] + [drawn_greedy_case(draws, i, ties=False) for i in range(DRAWN_RULE_CASES if draws is not None else 0)]
 
 
 def test_hand_example_greedy_verify():
@@ -308,20 +309,27 @@ def cases_greedy_verify_ties_go_to_the_lowest_id():
     ]
     recorded = [recorded_verify_case(c) for c in golden("verify") if c["name"].startswith("tie-")]
     draws = drawn("greedy_verify_ties_go_to_the_lowest_id")
-    return hand + recorded + [drawn_tie_case(draws, i) for i in range(DRAWN_RULE_CASES if draws is not None else 0)]
+    return hand + recorded + [drawn_greedy_case(draws, i, ties=True)
+                              for i in range(DRAWN_RULE_CASES if draws is not None else 0)]
 
 
-def drawn_tie_case(draws, i: int) -> Case:
-    """A greedy round on rows of half-unit logits, each with a tie at its top, the draft taking one of
-    the tied ids (the lowest or another) for a while; the reference verifies it in the judge."""
+def drawn_greedy_case(draws, i: int, ties: bool) -> Case:
+    """A greedy round on rows of half-unit logits; with ``ties`` each row has a tie at its top and the
+    draft takes one of the tied ids (the lowest or another), else the draft takes each row's argmax
+    for a while, then any id. The reference verifies it in the judge."""
     ref_spec, ref_sampling = reference("spec"), reference("sampling")
-    vocab, m = draws.randint(3, 10), draws.randint(1, 4)
+    vocab, m = draws.randint(3, 10), draws.randint(0 if not ties else 1, 4)
     rows = []
     for _ in range(m + 1):
         row = [draws.randint(-6, 6) / 2 for _ in range(vocab)]
-        row[draws.randrange(vocab)] = max(row)
+        if ties:
+            row[draws.randrange(vocab)] = max(row)
         rows.append(np.array(row, dtype=np.float32))
-    draft = [draws.choice([j for j, x in enumerate(row) if x == row.max()]) for row in rows[:m]]
+    if ties:
+        draft = [draws.choice([j for j, x in enumerate(row) if x == row.max()]) for row in rows[:m]]
+    else:
+        agree = draws.randint(0, m)
+        draft = [int(np.argmax(row)) if j < agree else draws.randrange(vocab) for j, row in enumerate(rows[:m])]
     prompt, seed = [draws.randrange(vocab) for _ in range(draws.randint(1, 4))], draws.randrange(1000)
     rng = ref_sampling.stream(seed)
     v = ref_spec.verify_draft(rows, draft, None, ref_sampling.SamplingParams(), prompt, [], rng)
@@ -366,7 +374,7 @@ def cases_hand_example_sampled_step():
              expected=raises("SpecError"), rule=step_rule),
         call("the target's law at temperature 0", dense_distribution, HAND_ROWS[0], GREEDY, [0], [],
              expected=[0.0, 0.0, 1.0, 0.0], rule="card 2.2: at temperature 0 it is the one-hot at the penalized argmax"),
-    ]
+    ] + drawn_step_cases(drawn("hand_example_sampled_step"), step_rule)
 
 
 def test_hand_example_sampled_step():
