@@ -85,7 +85,7 @@ def cases_hand_example_tree_shape():
         shape_case("a fan of siblings sees only the root", 3, [-1, 0, 0, 0],
                    {"depths": [0, 1, 1, 1], "positions": [3, 4, 4, 4], "paths": [[0, 1], [0, 2], [0, 3]],
                     "mask": [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 0, 1]]}),
-    ]
+    ] + drawn_shape_cases(drawn("hand_example_tree_shape"), DRAWN_RULE_CASES, 6)
 
 
 def test_hand_example_tree_shape():
@@ -113,16 +113,21 @@ def drawn_parents(draws, n: int) -> list[int]:
     return [-1] + [index[parents[i]] for i in order[1:]]
 
 
-def cases_tree_shape_matches_recorded():
-    cases = [shape_case(c["name"], c["start"], c["parents"], c["expect"]) for c in golden("shape")]
-    draws = drawn("tree_shape_matches_recorded")
-    for i in range(DRAWN_CASES if draws is not None else 0):
-        parents, start = drawn_parents(draws, draws.randint(1, 12)), draws.randint(0, 39)
+def drawn_shape_cases(draws, count: int, most: int) -> list[Case]:
+    """Trees of 1 to ``most`` nodes at a drawn start, their shapes the reference's, worked out in the judge."""
+    cases = []
+    for i in range(count if draws is not None else 0):
+        parents, start = drawn_parents(draws, draws.randint(1, most)), draws.randint(0, 39)
         ref = reference("trees")
         want = {"depths": ref.tree_depths(parents), "positions": ref.tree_positions(start, parents),
                 "paths": ref.tree_paths(parents), "mask": ref.tree_mask(parents).astype(int).tolist()}
         cases.append(shape_case(f"drawn-{i} (drawn when graded)", start, parents, want))
     return cases
+
+
+def cases_tree_shape_matches_recorded():
+    return ([shape_case(c["name"], c["start"], c["parents"], c["expect"]) for c in golden("shape")]
+            + drawn_shape_cases(drawn("tree_shape_matches_recorded"), DRAWN_CASES, 12))
 
 
 def test_tree_shape_matches_recorded():
@@ -197,7 +202,8 @@ def cases_hand_example_suffix_tree():
         Case("trie_tree: breadth-first, each node's children after it in rank order (not each level by rank)",
              "trie_tree(0, [[1, 5], [1, 6], [2, 8], [2, 8]], 5)",
              lambda: tree_shape(trie_tree(0, [[1, 5], [1, 6], [2, 8], [2, 8]], 5)),
-             {"tokens": [0, 1, 2, 5, 6, 8], "parents": [-1, 0, 0, 1, 1, 2]}, SUFFIX_RULE)]
+             {"tokens": [0, 1, 2, 5, 6, 8], "parents": [-1, 0, 0, 1, 1, 2]}, SUFFIX_RULE)
+    ] + drawn_suffix_cases(drawn("hand_example_suffix_tree"), DRAWN_RULE_CASES)
 
 
 def test_hand_example_suffix_tree():
@@ -205,10 +211,16 @@ def test_hand_example_suffix_tree():
 
 
 def cases_suffix_tree_matches_recorded():
-    cases = [suffix_case(c["name"], c["ctx"], c["pending"], c["k"], c["width"], c["expect"], c["max_ngram"],
+    return ([suffix_case(c["name"], c["ctx"], c["pending"], c["k"], c["width"], c["expect"], c["max_ngram"],
                          c["min_ngram"]) for c in golden("suffix_tree")]
-    draws = drawn("suffix_tree_matches_recorded")
-    for i in range(DRAWN_CASES if draws is not None else 0):
+            + drawn_suffix_cases(drawn("suffix_tree_matches_recorded"), DRAWN_CASES))
+
+
+def drawn_suffix_cases(draws, count: int) -> list[Case]:
+    """Contexts drawn periodic, as a stem with several continuations, or as noise, with drawn k, width
+    and n-grams; the reference's trees, worked out in the judge."""
+    cases = []
+    for i in range(count if draws is not None else 0):
         kind = i % 3
         if kind == 0:  # periodic
             text = ([draws.randrange(9) for _ in range(draws.randint(2, 5))] * 8)[:draws.randint(6, 29)]
@@ -435,7 +447,29 @@ def cases_hand_example_greedy_tree():
         verify_case("a node past the vocabulary", [peaked(10, 0)] * 2, DraftTree([0, 12], [-1, 0]), GREEDY, [], [],
                     "stream(7)", lambda: stream(7), raises("TreeError"),
                     "card 2.3: verify_tree first calls _check_round(rows, tree) (given): node tokens in the vocabulary"),
-    ]
+    ] + drawn_greedy_hand_cases(drawn("hand_example_greedy_tree"))
+
+
+def drawn_greedy_hand_cases(draws) -> list[Case]:
+    """When graded: section 3's tree under rows peaked at drawn ids, each most often one of its node's
+    children's tokens, so paths go deep; the reference verifies them in the judge."""
+    if draws is None:
+        return []
+    trees, sampling = reference("trees"), reference("sampling")
+    cases = []
+    for i in range(DRAWN_RULE_CASES):
+        tops = []
+        for j in range(len(HAND_TOKENS)):
+            children = [HAND_TOKENS[c] for c, parent in enumerate(HAND_PARENTS) if parent == j]
+            tops.append(draws.choice(children) if children and draws.random() < 0.7 else draws.randrange(10))
+        rows, rng = [peaked(10, t) for t in tops], sampling.stream(7)
+        v = trees.verify_tree(rows, trees.DraftTree(HAND_TOKENS, HAND_PARENTS), sampling.SamplingParams(), [], [], rng)
+        want = {"tokens": [int(t) for t in v.tokens], "path": [int(j) for j in v.path],
+                "logprobs": [float(x) for x in v.logprobs], "draws": int(rng.next_u32())}
+        tree = DraftTree(HAND_TOKENS, HAND_PARENTS)
+        cases.append(verify_case(f"drawn-{i}: row argmaxes {tops} (drawn when graded)", [peaked(10, t) for t in tops],
+                                 tree, GREEDY, [], [], "stream(7)", lambda: stream(7), want, GREEDY_RULE))
+    return cases
 
 
 def test_hand_example_greedy_tree():
@@ -480,7 +514,26 @@ def cases_hand_example_sampled_siblings():
             (float(np.nextafter(0.5, 0.0)), [float(np.nextafter(0.5, 0.0)), 0.3, 0.1],
              {"tokens": [0, 1], "path": [0, 1], "logprobs": [-float(np.log(2.0)), 3.0 - float(np.log(1 + np.exp(3.0)))],
               "draws": 3}))
-    ]
+    ] + drawn_sibling_cases(drawn("hand_example_sampled_siblings"), rows, tree, prm)
+
+
+def drawn_sibling_cases(draws, rows, tree, prm) -> list[Case]:
+    """When graded: section 3's siblings under drawn u values (each below 1, enough for any round);
+    the reference verifies them in the judge."""
+    if draws is None:
+        return []
+    trees, sampling = reference("trees"), reference("sampling")
+    cases = []
+    for i in range(DRAWN_RULE_CASES):
+        us = [round(draws.random(), 3) for _ in range(6)]
+        script = Script(us)
+        v = trees.verify_tree(rows, trees.DraftTree(tree.tokens, tree.parents, tree.probs),
+                              sampling.SamplingParams(temperature=prm.temperature), [], [], script)
+        want = {"tokens": [int(t) for t in v.tokens], "path": [int(j) for j in v.path],
+                "logprobs": [float(x) for x in v.logprobs], "draws": script.used}
+        cases.append(verify_case(f"drawn-{i}: u = {us} (drawn when graded)", rows, tree, prm, [], [], f"Script({us})",
+                                 lambda us=us: Script(us), want, SAMPLED_RULE))
+    return cases
 
 
 def test_hand_example_sampled_siblings():
