@@ -10,6 +10,7 @@ The code under test is reached only through ``tinyllm.*``, which the conftest bi
 """
 
 import math
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -670,6 +671,15 @@ def cases_eos_and_max_tokens_end_generation():
                       lambda: pick(generation(CycleTarget(CYCLE), SpecConfig(Draft.PROMPT_LOOKUP, 4), CYCLE_PROMPT,
                                               GREEDY, 3, 20, [4]), "tokens", "target_calls", "passes"),
                       {"tokens": [2, 3, 4], "target_calls": 1, "passes": 1}, rule))
+    draws = drawn("eos_and_max_tokens_end_generation")
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        req = drawn_cycle_request(draws)
+        cfg = SpecConfig(Draft(req["draft"]), req["k"])
+        cases.append(Case(f"drawn-{i}: {req['draft']} k={req['k']} max_new={req['max_new']} eos {req['eos']} "
+                          "(drawn when graded)",
+                          generation_text(f"CycleTarget({req['succ']})", cfg, req["prompt"], GREEDY, req["seed"],
+                                          req["max_new"], req["eos"]),
+                          lambda r=req: cycle_run(r, None, OWN), cycle_run(req, None, reference_lib()), rule))
     bad_rule = ("card 2.5: before anything is fed (max_new = 0 too), SpecError for an empty prompt, a max_new that is not an int >= 0 "
                 "(a bool too), a seed that is not an int in [0, 2**64) (a bool too), and a target that already caches "
                 "positions")
@@ -1177,7 +1187,66 @@ def cases_generate_stream_hands_over_each_token_and_stops_when_told():
                       {"tokens": [2, 3, 4], "logprobs": 3, "heard": [2, 3, 4], "target_calls": 1,
                        "cached": len(CYCLE_PROMPT) + 2, "stats": [4, 4, 1]},
                       rule + "; the stopped round's stats count in full: drafted, accepted (past the stop) and its pass"))
+    draws = drawn("generate_stream_hands_over_each_token_and_stops_when_told")
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        req, stop_at = drawn_cycle_request(draws), draws.randint(1, 6)
+        cases.append(Case(f"drawn-{i}: {req['draft']} k={req['k']}, stop at token {stop_at} (drawn when graded)",
+                          f"heard = []; target = CycleTarget({req['succ']}); generate_stream(target, "
+                          f"SpecConfig(Draft.{Draft(req['draft']).name}, {req['k']}), {req['prompt']}, SamplingParams(), "
+                          f"{req['seed']}, {req['max_new']}, {req['eos']}, lambda t, lp: heard.append(t) or "
+                          f"len(heard) < {stop_at})",
+                          lambda r=req, n=stop_at: cycle_run(r, n, OWN), cycle_run(req, stop_at, reference_lib()), rule))
     return cases
+
+
+class Loop(NamedTuple):
+    """L10.8's loop and what it is called with, of the code under test (``OWN``) or of the reference
+    (:func:`reference_lib`, whose answers a drawn case expects)."""
+    generate: Callable
+    generate_stream: Callable
+    SpecConfig: type
+    Draft: type
+    SamplingParams: type
+
+
+OWN = Loop(generate, generate_stream, SpecConfig, Draft, SamplingParams)
+
+
+def reference_lib() -> Loop:
+    spec_ref = reference("spec")
+    return Loop(spec_ref.generate, spec_ref.generate_stream, spec_ref.SpecConfig, spec_ref.Draft,
+                reference("sampling").SamplingParams)
+
+
+def drawn_cycle_request(draws) -> dict:
+    """A greedy request on a CycleTarget of a drawn successor map (text that repeats itself, so both
+    drafts find runs to copy), its prompt a walk of the map, and a drawn draft, k, seed, max_new and
+    EOS ids."""
+    vocab = draws.randint(4, 9)
+    succ = [draws.randrange(vocab) for _ in range(vocab)]
+    prompt = [draws.randrange(vocab)]
+    for _ in range(draws.randint(1, 11)):
+        prompt.append(succ[prompt[-1]])
+    return {"succ": succ, "prompt": prompt, "draft": draws.choice(list(Draft)).value, "k": draws.randint(1, 6),
+            "seed": draws.randrange(1000), "max_new": draws.randint(0, 16),
+            "eos": draws.sample(range(vocab), draws.randint(0, 2))}
+
+
+def cycle_run(req: dict, stop_at: int | None, loop: Loop) -> dict:
+    """``req`` run by ``loop`` on a fresh CycleTarget: with ``generate`` (how it ended: tokens, the
+    target's cache, KV written past ``len(prompt) + max_new - 1``), or with ``generate_stream`` and a
+    listener that says stop at its ``stop_at``-th token (what it heard too)."""
+    target, heard = CycleTarget(req["succ"]), []
+    args = (target, loop.SpecConfig(loop.Draft(req["draft"]), req["k"]), req["prompt"], loop.SamplingParams(),
+            req["seed"], req["max_new"], req["eos"])
+    if stop_at is None:
+        g = loop.generate(*args)
+    else:
+        g = loop.generate_stream(*args, lambda t, lp: heard.append(int(t)) or len(heard) < stop_at)
+    ended = {"tokens": [int(t) for t in g.tokens], "logprobs": len(g.logprobs), "cached": target.cached(),
+             "KV written past the budget": max(target.fed_positions, default=-1) >= len(req["prompt"]) + max(req["max_new"], 1) - 1}
+    # how the request ended and what was heard; what its drafts found (passes, stats) is the drafts' tests' business
+    return ended if stop_at is None else {**ended, "heard": heard}
 
 
 def test_generate_stream_hands_over_each_token_and_stops_when_told():
