@@ -1108,6 +1108,18 @@ def cases_generate_tree_streams_and_stops_when_told():
     cases.append(Case("a listener that answers None stops after the first token",
                       prefix + f"{CYCLE_PROMPT}, SamplingParams(), 0, 20, [], lambda t, lp: heard.append(t))",
                       lambda: silent(), {"tokens": [2], "heard": [2]}, rule))
+    draws = drawn("generate_tree_streams_and_stops_when_told")
+    for i in range(DRAWN_RULE_CASES if draws is not None else 0):
+        req, stop_at = drawn_tree_cycle_request(draws), draws.randint(1, 6)
+        drafter = (f"SuffixTreeDrafter({req['k']}, {req['width']})" if req["width"] else
+                   f"PromptLookupDrafter({req['k']})")
+        cases.append(Case(f"drawn-{i}: {drafter}, max_new {req['max_new']}, eos {req['eos']}, stop at token "
+                          f"{stop_at} (drawn when graded)",
+                          f"heard = []; target = TreeCycleTarget({req['succ']}); generate_tree(target, {drafter}, "
+                          f"{req['prompt']}, SamplingParams(), 0, {req['max_new']}, {req['eos']}, "
+                          f"lambda t, lp: heard.append(t) or len(heard) < {stop_at})",
+                          lambda r=req, n=stop_at: tree_cycle_run(r, n, own_tree_loop()),
+                          tree_cycle_run(req, stop_at, reference_tree_loop()), rule))
     cases.append(Case("max_new = 0 feeds nothing", "generate_tree(TreeCycleTarget(CYCLE), SuffixTreeDrafter(8, 2), "
                       f"{CYCLE_PROMPT}, SamplingParams(), 0, 0, [])",
                       lambda: {k: v for k, v in tree_generation(TreeCycleTarget(CYCLE), SuffixTreeDrafter(8, 2),
@@ -1137,6 +1149,44 @@ def cases_generate_tree_streams_and_stops_when_told():
                           lambda a=(make_target, make_drafter, prompt, max_new): refused_tree_request(*a),
                           raises("TreeError"), bad_rule))
     return cases
+
+
+def own_tree_loop():
+    """L10.9's loop, drafters and compaction of the code under test, and greedy settings."""
+    return generate_tree, SuffixTreeDrafter, PromptLookupDrafter, compact, GREEDY
+
+
+def reference_tree_loop():
+    """The same of the reference, whose answers a drawn case expects."""
+    trees = reference("trees")
+    return (trees.generate_tree, trees.SuffixTreeDrafter, trees.PromptLookupDrafter, trees.compact,
+            reference("sampling").SamplingParams())
+
+
+def drawn_tree_cycle_request(draws) -> dict:
+    """A greedy request on a TreeCycleTarget of a drawn successor map (text that repeats itself, so
+    the drafters find runs to copy), its prompt a walk of the map, a suffix-tree drafter (``width``)
+    or prompt lookup (``width`` 0), max_new and EOS ids drawn."""
+    vocab = draws.randint(4, 9)
+    succ = [draws.randrange(vocab) for _ in range(vocab)]
+    prompt = [draws.randrange(vocab)]
+    for _ in range(draws.randint(1, 11)):
+        prompt.append(succ[prompt[-1]])
+    return {"succ": succ, "prompt": prompt, "k": draws.randint(1, 8), "width": draws.choice([0, 1, 2, 3]),
+            "max_new": draws.randint(0, 16), "eos": draws.sample(range(vocab), draws.randint(0, 2))}
+
+
+def tree_cycle_run(req: dict, stop_at: int, loop) -> dict:
+    """``req`` run by ``loop`` (generate_tree, the two drafters, compact, greedy settings) on a fresh TreeCycleTarget that
+    compacts with the loop's compact, with a listener that says stop at its ``stop_at``-th token: how
+    the request ended and what was heard; what the drafts found (passes, stats) is the drafters' tests' business."""
+    generate, suffix_drafter, lookup_drafter, squash, greedy = loop
+    target, heard = TreeCycleTarget(req["succ"], compact=squash), []
+    drafter = suffix_drafter(req["k"], req["width"]) if req["width"] else lookup_drafter(req["k"])
+    g = generate(target, drafter, req["prompt"], greedy, 0, req["max_new"], req["eos"],
+                 lambda t, lp: heard.append(int(t)) or len(heard) < stop_at)
+    return {"tokens": [int(t) for t in g.tokens], "logprobs": len(g.logprobs), "heard": heard,
+            "cached": target.cached(), "cache": target._cached_ids()}
 
 
 class FixedDrafter:
