@@ -130,9 +130,14 @@ def test_prairielearn_grader(tmp_path):
         check_prairielearn(results)
         scores[kind] = results["score"]
         if kind == "failing":
-            failed = [t["name"] for t in results["tests"] if t["points"] < t["max_points"]]
-            # s01's named test, and the recorded generations it also changes (as ol check says).
-            assert failed == ["prompt_lookup_matches_python_l8_6", "sampled_generation_matches_python_l8_6"], failed
+            failed = {t["name"]: t["message"] for t in results["tests"] if t["points"] < t["max_points"]}
+            # s01's named test, and the recorded generations it also changes (as ol check says), fail on
+            # their public cases. The export draws fresh cases for each submission, and s01 answers some
+            # of the lookup's drawn short contexts wrongly too: a test may fail on those alone.
+            public = {"prompt_lookup_matches_python_l8_6", "sampled_generation_matches_python_l8_6"}
+            assert public <= set(failed), failed
+            assert all(message.startswith("case 'drawn-") and "(drawn when graded)" in message
+                       for name, message in failed.items() if name not in public), failed
     assert scores["passing"] == 1.0 and scores["hostile"] == 0.0 and 0 < scores["failing"] < 1
 
 
