@@ -582,7 +582,8 @@ def counted_step(server, model: RowCounter) -> tuple:
 
 
 def wrapped_server(policy: Policy, on: Engine | None = None, **kwargs) -> tuple:
-    """A server on ``small()`` wrapped in a :class:`RowCounter`, placing admissions as it would unwrapped."""
+    """A server on the small llama (the code under test's, or ``on``'s) wrapped in a :class:`RowCounter`,
+    placing admissions as it would unwrapped."""
     e = on or under_test()
     model = RowCounter(e.model)
     return e.Server(model, model.new_pool(64, 4), policy, place=not model.model.rows_alone, **kwargs), model
@@ -736,7 +737,7 @@ PLACED_RULE = ("card 2.4: with place, among the first 16 queued requests (the he
 
 
 def cases_admission_placed_never_starved():
-    rule, placed = ADMISSION_RULE, PLACED_RULE
+    rule, placed = ADMISSION_RULE, PLACED_RULE  # the card's two rules, as the cases below name them
     return [
         Case("a request on a crowded slot waits for one on a free slot",
              "admitted_at_once([5, 5, 6], [3, 3, 3], batch=3)", lambda: admitted_at_once([5, 5, 6], [3, 3, 3], batch=3),
