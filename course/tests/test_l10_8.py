@@ -319,7 +319,7 @@ def drawn_greedy_case(draws, i: int, ties: bool) -> Case:
     draft takes one of the tied ids (the lowest or another), else the draft takes each row's argmax
     for a while, then any id. The reference verifies it in the judge."""
     ref_spec, ref_sampling = reference("spec"), reference("sampling")
-    vocab, m = draws.randint(3, 10), draws.randint(0 if not ties else 1, 4)
+    vocab, m = draws.randint(3, 10), draws.randint(1 if ties else 0, 4)
     rows = []
     for _ in range(m + 1):
         row = [draws.randint(-6, 6) / 2 for _ in range(vocab)]
@@ -1218,18 +1218,24 @@ def reference_lib() -> Loop:
                 reference("sampling").SamplingParams)
 
 
-def drawn_cycle_request(draws) -> dict:
-    """A greedy request on a CycleTarget of a drawn successor map (text that repeats itself, so both
-    drafts find runs to copy), its prompt a walk of the map, and a drawn draft, k, seed, max_new and
-    EOS ids."""
+def drawn_cycle(draws) -> tuple[list[int], list[int]]:
+    """A successor map over 4 to 9 ids (a cycle target's text repeats itself, so drafts find runs to
+    copy) and a prompt of 2 to 12 tokens that walks it. L10.9's streaming test draws these too."""
     vocab = draws.randint(4, 9)
     succ = [draws.randrange(vocab) for _ in range(vocab)]
     prompt = [draws.randrange(vocab)]
     for _ in range(draws.randint(1, 11)):
         prompt.append(succ[prompt[-1]])
+    return succ, prompt
+
+
+def drawn_cycle_request(draws) -> dict:
+    """A greedy request on a CycleTarget of a drawn successor map (:func:`drawn_cycle`), with a drawn
+    draft, k, seed, max_new and EOS ids."""
+    succ, prompt = drawn_cycle(draws)
     return {"succ": succ, "prompt": prompt, "draft": draws.choice(list(Draft)).value, "k": draws.randint(1, 6),
             "seed": draws.randrange(1000), "max_new": draws.randint(0, 16),
-            "eos": draws.sample(range(vocab), draws.randint(0, 2))}
+            "eos": draws.sample(range(len(succ)), draws.randint(0, 2))}
 
 
 def cycle_run(req: dict, stop_at: int | None, loop: Loop) -> dict:

@@ -18,7 +18,7 @@ from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams, stream
 from tinyllm.trees import (DraftTree, ModelDrafter, PromptLookupDrafter, SuffixTreeDrafter, chain_tree, compact,
                            generate_tree, tree_depths, tree_mask, tree_paths, tree_positions, trie_tree, verify_tree)
-from test_l10_8 import (GREEDY, drawn_round, f32_row, f64_row, judge_stream, params_text, plain_greedy,
+from test_l10_8 import (GREEDY, drawn_cycle, drawn_round, f32_row, f64_row, judge_stream, params_text, plain_greedy,
                         random_requests, rows_text)
 from tree_fakes import Script, TreeCycleTarget, TreeTableTarget
 
@@ -466,9 +466,9 @@ def drawn_greedy_hand_cases(draws) -> list[Case]:
         v = trees.verify_tree(rows, trees.DraftTree(HAND_TOKENS, HAND_PARENTS), sampling.SamplingParams(), [], [], rng)
         want = {"tokens": [int(t) for t in v.tokens], "path": [int(j) for j in v.path],
                 "logprobs": [float(x) for x in v.logprobs], "draws": int(rng.next_u32())}
-        tree = DraftTree(HAND_TOKENS, HAND_PARENTS)
-        cases.append(verify_case(f"drawn-{i}: row argmaxes {tops} (drawn when graded)", [peaked(10, t) for t in tops],
-                                 tree, GREEDY, [], [], "stream(7)", lambda: stream(7), want, GREEDY_RULE))
+        cases.append(verify_case(f"drawn-{i}: row argmaxes {tops} (drawn when graded)", rows,
+                                 DraftTree(HAND_TOKENS, HAND_PARENTS), GREEDY, [], [], "stream(7)", lambda: stream(7),
+                                 want, GREEDY_RULE))
     return cases
 
 
@@ -1164,22 +1164,18 @@ def reference_tree_loop():
 
 
 def drawn_tree_cycle_request(draws) -> dict:
-    """A greedy request on a TreeCycleTarget of a drawn successor map (text that repeats itself, so
-    the drafters find runs to copy), its prompt a walk of the map, a suffix-tree drafter (``width``)
-    or prompt lookup (``width`` 0), max_new and EOS ids drawn."""
-    vocab = draws.randint(4, 9)
-    succ = [draws.randrange(vocab) for _ in range(vocab)]
-    prompt = [draws.randrange(vocab)]
-    for _ in range(draws.randint(1, 11)):
-        prompt.append(succ[prompt[-1]])
+    """A greedy request on a TreeCycleTarget of a drawn successor map (L10.8's :func:`drawn_cycle`),
+    a suffix-tree drafter (``width``) or prompt lookup (``width`` 0), max_new and EOS ids drawn."""
+    succ, prompt = drawn_cycle(draws)
     return {"succ": succ, "prompt": prompt, "k": draws.randint(1, 8), "width": draws.choice([0, 1, 2, 3]),
-            "max_new": draws.randint(0, 16), "eos": draws.sample(range(vocab), draws.randint(0, 2))}
+            "max_new": draws.randint(0, 16), "eos": draws.sample(range(len(succ)), draws.randint(0, 2))}
 
 
 def tree_cycle_run(req: dict, stop_at: int, loop) -> dict:
-    """``req`` run by ``loop`` (generate_tree, the two drafters, compact, greedy settings) on a fresh TreeCycleTarget that
-    compacts with the loop's compact, with a listener that says stop at its ``stop_at``-th token: how
-    the request ended and what was heard; what the drafts found (passes, stats) is the drafters' tests' business."""
+    """``req`` run by ``loop`` (generate_tree, the two drafters, compact, greedy settings) on a fresh
+    TreeCycleTarget that compacts with the loop's compact, with a listener that says stop at its
+    ``stop_at``-th token: how the request ended and what was heard; what the drafts found (passes,
+    stats) is the drafters' tests' business."""
     generate, suffix_drafter, lookup_drafter, squash, greedy = loop
     target, heard = TreeCycleTarget(req["succ"], compact=squash), []
     drafter = suffix_drafter(req["k"], req["width"]) if req["width"] else lookup_drafter(req["k"])
