@@ -320,17 +320,40 @@ def test_a_table_of_the_sampler_s_recorded_cases_fails_the_cases_a_grading_draws
                                 copied=("pcg32.py", "kvpool.py"))
 
 
-def test_a_table_of_l10_10_s_recorded_steps_fails_the_steps_a_grading_draws(tmp_path):
-    """``adaptive_matches_recorded`` draws twelve steps when graded: a table of the 160 public ones
-    passes ``ol check`` and fails ``ol grade``."""
+# A server that places admissions only where the public cases look (prompts of 5 and 6 tokens),
+# in arrival order elsewhere.
+PLACED_WHERE_PUBLIC = '''
+
+_placing_admit = Server._admit
+
+
+def _admit(self):
+    if all(len(r.prompt) in (5, 6) for r in self.queue):
+        return _placing_admit(self)
+    place, self.place = self.place, False
+    try:
+        return _placing_admit(self)
+    finally:
+        self.place = place
+
+
+Server._admit = _admit
+'''
+
+
+def test_a_table_of_l10_10_s_public_cases_fails_the_cases_a_grading_draws(tmp_path):
+    """``adaptive_matches_recorded`` draws twelve steps when graded, and the admission test six
+    scenarios: a table of the 160 public steps, and placement only where the public queues look,
+    pass ``ol check`` and fail ``ol grade``."""
     golden = json.loads((ROOT / "fixtures" / "L10.10" / "serve_golden.json").read_text())["adaptive"]
     table = {json.dumps([c["lanes"], c["cost"]]): c["expect"] for c in golden}
     text = ((REFERENCE / "serve.py").read_text() + f"\n\nimport json as _json\nTABLE = {table!r}\n\n\n"
             "def adaptive_ks(lanes, cost):\n"
             "    key = [[[l.start, l.fixed, l.cap, [float(a) for a in l.rates]] for l in lanes],\n"
             "           [list(cost.block_seconds), cost.row_seconds, cost.request_seconds, cost.draft_seconds]]\n"
-            "    return TABLE.get(_json.dumps(key), [0] * len(lanes))\n")
-    passes_checked_fails_graded(tmp_path, "L10.10", "serve.py", text, ["adaptive_matches_recorded"], "4242")
+            "    return TABLE.get(_json.dumps(key), [0] * len(lanes))\n" + PLACED_WHERE_PUBLIC)
+    passes_checked_fails_graded(tmp_path, "L10.10", "serve.py", text,
+                                ["adaptive_matches_recorded", "admission_placed_never_starved"], "4242")
 
 
 def test_a_table_of_l10_9_s_recorded_trees_fails_the_trees_a_grading_draws(tmp_path):

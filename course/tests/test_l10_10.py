@@ -790,7 +790,7 @@ def cases_admission_placed_never_starved():
 
 def drawn_admission_cases(draws: random.Random | None) -> list[Case]:
     """When graded: requests of one prompt served to the end at a drawn batch, budgets and pool (one
-    that holds the largest budget), and one _admit over a drawn queue of prompts of 5 to 8 tokens,
+    that holds the largest budget), and one _admit over a drawn queue of prompts of 3 to 12 tokens,
     up to 28 of them, many max_new = 0; the reference runs the same scenario in the judge."""
     if draws is None:
         return []
@@ -805,12 +805,12 @@ def drawn_admission_cases(draws: random.Random | None) -> list[Case]:
     for i in range(DRAWN_RULE_CASES):
         # a few requests on one slot, then many max_new = 0 ones on another (they take no seat, so
         # one _admit can pass the first group's later ones over 16 times), then a few anywhere
-        first, other = draws.sample(range(5, 9), 2)
+        first, other = draws.sample(range(3, 13), 2)
         groups = [(first, draws.randint(1, 4), 0.0), (other, draws.randint(0, 22), 1.0), (None, draws.randint(0, 3), 0.3)]
         lengths, budgets = [], []
         for length, count, zeros in groups:
             for _ in range(count):
-                lengths.append(length or draws.randint(5, 8))
+                lengths.append(length or draws.randint(3, 12))
                 budgets.append(0 if draws.random() < zeros else draws.randint(1, 6))
         batch, place, pool = draws.randint(2, 4), draws.random() < 0.8, draws.randint(6, 40)
         cases.append(Case(f"drawn-{i}: one _admit (drawn when graded)",
