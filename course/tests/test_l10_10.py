@@ -790,8 +790,9 @@ def cases_admission_placed_never_starved():
 
 def drawn_admission_cases(draws: random.Random | None) -> list[Case]:
     """When graded: requests of one prompt served to the end at a drawn batch, budgets and pool (one
-    that holds the largest budget), and one _admit over a drawn queue of prompts of 3 to 12 tokens,
-    up to 28 of them, many max_new = 0; the reference runs the same scenario in the judge."""
+    that holds the largest budget), and four placing _admits, each over a drawn queue of prompts of
+    3 to 12 tokens, up to 28 of them, many max_new = 0. The reference runs the same scenario in the
+    judge."""
     if draws is None:
         return []
     cases = []
@@ -802,22 +803,23 @@ def drawn_admission_cases(draws: random.Random | None) -> list[Case]:
                           f"admission_order({batch}, {lengths}, {pool})",
                           lambda a=(batch, lengths, pool): admission_order(*a),
                           admission_order(batch, lengths, pool, on=the_reference()), ADMISSION_RULE))
-    for i in range(DRAWN_RULE_CASES):
-        # a few requests on one slot, then many max_new = 0 ones on another (they take no seat, so
-        # one _admit can pass the first group's later ones over 16 times), then a few anywhere
+    for i in range(DRAWN_RULE_CASES + 1):
+        # a few requests on one slot, then many on another with max_new = 0 (they take no seat, so
+        # one _admit can pass the first group's later ones over 16 times) or, every other queue, a
+        # quarter of them not (they take the seats placement gives them first), then a few anywhere
         first, other = draws.sample(range(3, 13), 2)
-        groups = [(first, draws.randint(1, 4), 0.0), (other, draws.randint(0, 22), 1.0), (None, draws.randint(0, 3), 0.3)]
+        groups = [(first, draws.randint(1, 4), 0.0), (other, draws.randint(0, 22), 0.75 if i % 2 else 1.0),
+                  (None, draws.randint(0, 3), 0.3)]
         lengths, budgets = [], []
         for length, count, zeros in groups:
             for _ in range(count):
                 lengths.append(length or draws.randint(3, 12))
                 budgets.append(0 if draws.random() < zeros else draws.randint(1, 6))
-        batch, place, pool = draws.randint(2, 4), draws.random() < 0.8, draws.randint(6, 40)
+        batch, pool = draws.randint(2, 4), draws.randint(6, 40)
         cases.append(Case(f"drawn-{i}: one _admit (drawn when graded)",
-                          f"admitted_at_once({lengths}, {budgets}, batch={batch}, place={place}, pool_blocks={pool})",
-                          lambda a=(lengths, budgets, batch, place, pool): admitted_at_once(*a),
-                          admitted_at_once(lengths, budgets, batch, place, pool, on=the_reference()),
-                          PLACED_RULE if place else ADMISSION_RULE))
+                          f"admitted_at_once({lengths}, {budgets}, batch={batch}, pool_blocks={pool})",
+                          lambda a=(lengths, budgets, batch, True, pool): admitted_at_once(*a),
+                          admitted_at_once(lengths, budgets, batch, True, pool, on=the_reference()), PLACED_RULE))
     return cases
 
 
