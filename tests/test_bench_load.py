@@ -310,6 +310,10 @@ def test_each_workload_is_predicted_from_its_own_cells():
         next(r for r in rows if r["workload"] == "shift" and r["B"] == b and r["policy"] == "k=15")["vs_plain"] = 0.5 * b
     assert load.ratios_text(15, "shift", {1: 1.031, 16: 0.7103}, rows) == \
         "static k=15 on shift against plain, predicted / measured: B=1 1.03x / 0.50x, B=16 0.71x / 8.00x"
+    row = load.cell_row(rows, "shift", 16, "k=15")
+    row["vs_plain_repeats"] = [0.9, 1.04, 0.95]  # a range where the cell has several repeats
+    assert load.ratios_text(15, "shift", {16: 0.7103}, rows) == \
+        "static k=15 on shift against plain, predicted / measured: B=16 0.71x / 8.00x (0.90x-1.04x over 3 repeats)"
     assert load.predicted_crossover(cost, cells({"code-edit": 1.05}), spread, [1, 16], "code-edit") == \
         dict.fromkeys(load.STATIC, 16)
     # one slot for every request: plain decoding pays a gemm a request too, and drafting costs less beside it
