@@ -15,8 +15,9 @@ starts cold on code-edit: its measure is the turn to prose). Output budgets vary
 Policies: plain batched decoding (``off``), static k in 2, 4, 8, 15, and ``adaptive`` (the goodput
 rule on a cost table profiled at start at the cells' context, ``tinyllm.serve.profile``), and a
 negative control: ``control``, a second plain server in every cell, whose ratio to the first is
-the run's own noise (the two do the same work; a ratio within that spread of a bound does not
-settle it). Every request's prompt ends with a few filler words so that requests start at
+the run's own noise between like servers (the two do the same work; a ratio within that spread
+of a bound does not settle it; a ratio between two policies swings more, so the crossover cells
+print their repeats' range). Every request's prompt ends with a few filler words so that requests start at
 different gemm slots (``p % 16``; the fillers reach 14 of the 16); every prompt's full blocks are
 computed once and pinned in the prefix index, so a request feeds only the last block of its prompt.
 
