@@ -133,11 +133,13 @@ def test_prairielearn_grader(tmp_path):
             failed = {t["name"]: t["message"] for t in results["tests"] if t["points"] < t["max_points"]}
             # s01's named test, and the recorded generations it also changes (as ol check says), fail on
             # their public cases. The export draws fresh cases for each submission, and s01 answers some
-            # of the lookup's drawn short contexts wrongly too: a test may fail on those alone.
+            # of the lookup's drawn short contexts wrongly too: a test may fail on those alone, its
+            # message's first line naming the drawn case.
             public = {"prompt_lookup_matches_python_l8_6", "sampled_generation_matches_python_l8_6"}
             assert public <= set(failed), failed
-            assert all(message.startswith("case 'drawn-") and "(drawn when graded)" in message
-                       for name, message in failed.items() if name not in public), failed
+            elsewhere = {name: message for name, message in failed.items()
+                         if name not in public and "(drawn when graded)" not in message.split("\n", 1)[0]}
+            assert not elsewhere, elsewhere
     assert scores["passing"] == 1.0 and scores["hostile"] == 0.0 and 0 < scores["failing"] < 1
 
 
