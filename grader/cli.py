@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--timeout", type=float, metavar="S", help="CPU seconds the learner's code may use in each test (default: 10 times the reference's time for that test here, at least 2 s, at most the module's); on the clock, twice that")
     grade.add_argument("--limit", type=float, metavar="S", help="CPU seconds the learner's code may use in one submission's whole check (default: 4 times the reference's check, 30 to 60); on the clock, twice that")
     grade.add_argument("--seed", type=int, metavar="N", help="the seed of the cases the grading draws, which no submission can know ahead (default: a fresh one, printed and written in each JSON); the same seed grades the same again")
+    grade.add_argument("--no-hints", action="store_true", help="no pitfall hints (skips computing the pitfalls' answers to the cases this grading draws)")
     grade.add_argument("--unsandboxed", action="store_true", help="grade without bubblewrap, where it cannot be installed: learner code then runs with limits only, and each submission's results say so")
 
     export = verbs.add_parser("export", help="for instructors: a module's autograder for Gradescope or PrairieLearn",
@@ -162,7 +163,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.verb == "grade":
         from grader.commands.grade import grade
         return grade(args.module, args.submissions, args.jobs, args.out, args.timeout, args.limit, args.unsandboxed,
-                     args.seed)
+                     args.seed, not args.no_hints)
     if args.verb == "export":
         from grader.commands.export import export
         return export(args.platform, args.module, args.out, args.timeout, args.limit, not args.no_hints)

@@ -56,8 +56,23 @@ class TreeTableTarget:
         return self.length
 
     def _cached_ids(self) -> list[int]:
-        """The ids the pool holds at positions ``0..cached()-1``, checked across layers and K/V."""
-        return [self._read(p) for p in range(self.length)]
+        """The ids the pool holds at positions ``0..cached()-1``, checked across layers and K/V.
+
+        Every call reads the whole cache, so it is read in one gather; where that finds anything
+        amiss (or the table holds what no gather takes), position by position, for the message."""
+        bt, n = self.pool.block_tokens, self.length
+        table = self.blocks[: -(-n // bt)]
+        if len(table) * bt >= n and all(isinstance(b, (int, np.integer)) and not isinstance(b, bool)
+                                          and 0 <= b < self.pool.k.shape[1] for b in table):
+            at = np.arange(n)
+            where = (np.asarray(table, dtype=np.int64)[at // bt], at % bt)
+            k, v = self.pool.k[:, where[0], where[1], 0, 0], self.pool.v[:, where[0], where[1], 0, 0]
+            if np.isfinite(k).all():
+                ids = k[0].astype(np.int64) - 1
+                tagged = ids + 1 + np.arange(k.shape[0])[:, None] * LAYER_TAG
+                if np.array_equal(k, tagged) and np.array_equal(v, -tagged):
+                    return ids.tolist()
+        return [self._read(p) for p in range(n)]
 
     def extend(self, ids: Sequence[int]) -> list[np.ndarray]:
         ids = self._ids(ids)

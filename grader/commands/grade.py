@@ -50,11 +50,13 @@ JSON_NAME_LIMIT = 60
 
 def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None = None,
           timeout: float | None = None, limit: float | None = None, unsandboxed: bool = False,
-          seed: int | None = None) -> int:
+          seed: int | None = None, hints: bool = True) -> int:
     """Grade every submission; 0 when each was graded (whatever its score), 3 when ol itself failed on
     one. Learner code runs in bubblewrap (:mod:`grader.core.sandbox`); without it ol refuses, unless
     ``unsandboxed``, which each submission's results record. ``seed``: the seed of the cases the
-    grading draws (default: a fresh one), printed and written in each submission's JSON."""
+    grading draws (default: a fresh one), printed and written in each submission's JSON. Without
+    ``hints`` no failure is compared with the pitfalls' answers (the ``hint`` column then holds only
+    the reason of an ``error``)."""
     catalog = load_catalog()
     module = catalog.get(module_id)
     check_fixtures(module)
@@ -85,7 +87,7 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     def one(item: tuple[Path, str, str]) -> Graded:
         path, name, file = item
         progress.begin()
-        graded = grade_in_worker(module.id, path, name, box, timeout, limit, tests=bounds.tests, seed=seed)
+        graded = grade_in_worker(module.id, path, name, box, timeout, limit, hints, bounds.tests, seed)
         if stopping.is_set():
             raise KeyboardInterrupt
         graded.results["drawn_seed"] = seed
