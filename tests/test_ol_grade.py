@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ol_helpers import REFERENCE, ROOT, daemons_left, ol
+from test_ol_diagnosis import learner_workspace
 
 from grader.commands.grade import json_names, per_test_timeouts
 
@@ -253,6 +254,24 @@ def test_a_replay_of_the_public_fixtures_fails_the_streams_a_grading_draws(tmp_p
     assert verdicts["first"] == verdicts["again"]
     refused = ol("grade", "L10.1", str(workspace), "--seed", "-1", "--out", str(tmp_path / "bad"))
     assert refused.code == 2 and "--seed must be an integer in [0, 2**63), got -1" in refused.err, refused.text
+
+
+def test_a_pitfall_graded_gets_its_hint_unless_told_not_to(tmp_path):
+    """A submission that is a named pitfall has that pitfall's hint in grades.csv; ``--no-hints``
+    grades it the same, writes no hint and computes no pitfall's answers (its answer cache stays empty)."""
+    ws = learner_workspace(tmp_path / "s02", ROOT / "course" / "mutants" / "L10.8" / "s02.patch")
+    rows, cache = {}, tmp_path / "cache"
+    for flags in ((), ("--no-hints",)):
+        out = tmp_path / f"out{len(flags)}"
+        ran = ol("grade", "L10.8", str(ws), "--seed", "77", "--timeout", "20", "--limit", "200", "--out", str(out),
+                 *flags, env={"OL_CACHE_DIR": str(cache)} if flags else None, limit=300)
+        assert ran.code == 0, ran.text
+        rows[flags] = next(csv.DictReader((out / "grades.csv").open()))
+    hinted, plain = rows[()], rows[("--no-hints",)]
+    assert hinted["hint"].startswith("Hint: pitfall s02,"), hinted
+    assert plain["hint"] == "" and plain["score"] == hinted["score"] != "20", (hinted, plain)
+    assert plain["failed_tests"] == hinted["failed_tests"], (hinted, plain)
+    assert not cache.exists() or not any(cache.rglob("*.json")), sorted(cache.rglob("*"))[:5]
 
 
 def public_cases_only_spec() -> str:
