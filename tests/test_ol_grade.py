@@ -266,6 +266,7 @@ def test_a_pitfall_graded_gets_its_hint_unless_told_not_to(tmp_path):
         ran = ol("grade", "L10.8", str(ws), "--seed", "77", "--timeout", "20", "--limit", "200", "--out", str(out),
                  *flags, env={"OL_CACHE_DIR": str(cache)} if flags else None, limit=300)
         assert ran.code == 0, ran.text
+        assert ("No hints (--no-hints)" in ran.out) == bool(flags), ran.out
         rows[flags] = next(csv.DictReader((out / "grades.csv").open()))
     hinted, plain = rows[()], rows[("--no-hints",)]
     assert hinted["hint"].startswith("Hint: pitfall s02,"), hinted

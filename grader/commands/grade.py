@@ -79,6 +79,9 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     started = time.monotonic()
     seed = draw_seed() if seed is None else seed
     print(f"Cases drawn for this grading: seed {seed} (--seed {seed} grades the same again).", flush=True)
+    if not hints:
+        print("No hints (--no-hints): failures are not compared with the pitfalls' answers; grades.csv's hint "
+              "column holds only the reason of an error.", flush=True)
     bounds = Bounds(limit, {}) if limit and timeout else calibrate(catalog, module, box, timeout, seed)
     limit = limit or bounds.limit
     progress = _Progress(len(paths))
