@@ -65,8 +65,8 @@ class TreeTableTarget:
         if len(table) * bt >= n and all(isinstance(b, (int, np.integer)) and not isinstance(b, bool)
                                           and 0 <= b < self.pool.k.shape[1] for b in table):
             at = np.arange(n)
-            where = (np.asarray(table, dtype=np.int64)[at // bt], at % bt)
-            k, v = self.pool.k[:, where[0], where[1], 0, 0], self.pool.v[:, where[0], where[1], 0, 0]
+            blocks, slots = np.asarray(table, dtype=np.int64)[at // bt], at % bt
+            k, v = self.pool.k[:, blocks, slots, 0, 0], self.pool.v[:, blocks, slots, 0, 0]
             if (np.abs(k) < 2.0 ** 31).all():   # False for NaN too: no cast of a value no id has
                 ids = k[0].astype(np.int64) - 1
                 tagged = ids + 1 + np.arange(k.shape[0])[:, None] * LAYER_TAG

@@ -90,7 +90,8 @@ def grade(module_id: str, submissions: list[str], jobs: int = 2, out: str | None
     def one(item: tuple[Path, str, str]) -> Graded:
         path, name, file = item
         progress.begin()
-        graded = grade_in_worker(module.id, path, name, box, timeout, limit, hints, bounds.tests, seed)
+        graded = grade_in_worker(module.id, path, name, box, timeout, limit, hints=hints, tests=bounds.tests,
+                                 seed=seed)
         if stopping.is_set():
             raise KeyboardInterrupt
         graded.results["drawn_seed"] = seed
