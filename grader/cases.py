@@ -108,6 +108,24 @@ def each(function: Callable, calls: list[tuple]) -> list[Any]:
     return [function(*args) for args in calls]
 
 
+def keys_of(owner: Any, name: str) -> list:
+    """``list(getattr(owner, name))``: the keys of a dict attribute, which :func:`in_turn` reads
+    where the object lives, without sending the values (a server's growing ``results``)."""
+    return list(getattr(owner, name))
+
+
+def in_turn(calls: list[tuple[Callable, tuple]]) -> list[Any]:
+    """``[function(*args) for function, args in calls]``, ``getattr`` and :func:`keys_of` among the
+    functions to read an attribute (``(getattr, (server, "running"))``): in an isolated check, when
+    every call goes into the code under test, in one exchange with its process rather than one per
+    call (a test that steps a server hundreds of times and reads its state after each step)."""
+    batch = [getattr(args[0] if function is getattr or function is keys_of else function, "_ol_in_turn", None)
+             for function, args in calls]
+    if batch and all(b is not None for b in batch):
+        return batch[0](calls)
+    return [function(*args) for function, args in calls]
+
+
 def check(cases: list[Case], what: str = "case") -> list[Answer]:
     """Run every case; fail with a message naming the first failing one (and how many failed).
 

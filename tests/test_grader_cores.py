@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from grader.cases import (Case, alike, chi2_quantile, chi2_survival, first_difference, first_parting, message_shape,
-                          same_law, with_place)
+from grader.cases import (Case, alike, chi2_quantile, chi2_survival, first_difference, first_parting, in_turn, keys_of,
+                          message_shape, same_law, with_place)
 from grader.child.judge import MAX_DEPTH, LearnerGone, MirrorObject, _exception, decode, learner_env
 from grader.child.learner_server import encode
 from grader.core.protocol import where_in_dump
@@ -213,6 +213,29 @@ def test_a_returned_value_is_never_read_as_a_raise():
     assert raising.problem(raising.answer()) is None
     assert not alike({"raises": "SpecError", "message": 123}, raised("SpecError", "123"))
     assert alike({"raises": 7}, {"raises": 7}) and not alike({"raises": 7}, {"raises": 8})  # values, compared as values
+
+
+def test_in_turn_in_process_is_the_loop_each_read_taken_when_its_turn_comes():
+    """In process (no isolated judge), ``in_turn`` calls and reads in order, each read seeing what the
+    calls before it did; ``keys_of`` is the keys of a dict attribute. Isolated, the same in one exchange
+    (tests/test_ol_isolation.py)."""
+    class Server:
+        def __init__(self):
+            self.results, self.steps = {}, 0
+
+        def step(self):
+            self.steps += 1
+            self.results[self.steps] = ["a token"] * self.steps
+            return self.steps
+
+    server = Server()
+    turn = [(server.step, ()), (keys_of, (server, "results")), (getattr, (server, "steps")), (server.step, ()),
+            (getattr, (server, "steps"))]
+    assert in_turn(turn) == [1, [1], 1, 2, 2]
+    assert in_turn([]) == []
+    with pytest.raises(AttributeError):
+        in_turn([(server.step, ()), (getattr, (server, "missing")), (server.step, ())])
+    assert server.steps == 3, "the call after the one that raised ran"
 
 
 @pytest.mark.parametrize("dof", [1, 2, 3, 4, 5, 8, 11, 30])

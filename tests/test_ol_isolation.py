@@ -170,3 +170,33 @@ def test_an_error_a_fake_raised_into_the_code_comes_back_as_itself(tmp_path):
     ran = ol("check", "L10.9", "--ref-deps", "--isolate", workspace=tmp_path, limit=240)
     assert ran.code == 1 and "raises KvCorrupt: " in ran.out and "LearnerGone" not in ran.out, ran.out
     assert 'Hint: pitfall t06, "Dropping the other nodes' in ran.out, ran.out
+
+
+# L10.10's blocks_conserved_under_load reads the server after every step in one exchange when isolated
+# (grader.cases.in_turn: the step, its results' ids, the running requests, the free blocks).
+SERVER_BUGS = {"reports one ended request too few": [("report.finished = list(self.results)[ended:]",
+                                                      "report.finished = list(self.results)[ended + 1:]")],
+               "and keeps an ended request's blocks": [("report.finished = list(self.results)[ended:]",
+                                                        "report.finished = list(self.results)[ended + 1:]"),
+                                                       ("rollback(self.pool, r.table, 0)",
+                                                        "rollback(self.pool, r.table, r.cached)")]}
+
+
+@pytest.mark.parametrize("bug", list(SERVER_BUGS))
+def test_a_server_read_in_one_exchange_a_step_fails_as_in_process(tmp_path, bug):
+    """Isolated, a server whose step reports one ended request too few (read against its results'
+    ids), and one that also keeps an ended request's blocks (its pool runs dry: a raise in the
+    middle of the exchange), fail the load test with the same first case as in process."""
+    ws = tmp_path / "ws"
+    assert ol("start", "L10.10", "--workspace", str(ws)).code == 0
+    put_reference(ws, "serve.py")
+    for old, new in SERVER_BUGS[bug]:
+        edit(ws / "tinyllm" / "serve.py", old, new)
+    said = []
+    for isolated in (["--ref-deps"], ["--isolate"]):
+        ran = ol("check", "L10.10", *isolated, "-k", "blocks_conserved_under_load", workspace=ws, limit=300)
+        assert ran.code == 1, ran.text
+        said.append(re.findall(r"^\s*(?:call|expected|yours|they part at):? .*$", ran.out, re.M))
+    yours = said[0][2]
+    assert ("raises PoolError" if "blocks" in bug else "ended in a step that reports finished") in yours, said
+    assert said[0] == said[1], said

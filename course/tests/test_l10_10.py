@@ -11,7 +11,7 @@ import random
 from typing import Callable, NamedTuple
 
 from graded import DRAWN_RULE_CASES, drawn, load_fixture, reference
-from grader.cases import Case, call, check, raises
+from grader.cases import Case, call, check, in_turn, keys_of, raises
 from tinyllm.model import LlamaConfig, TinyLlama
 from tinyllm.runner import RunnerTarget
 from tinyllm.sampling import SamplingParams
@@ -1025,9 +1025,13 @@ def conserved(seed: int, requests: int) -> dict:
         pool = server.pool  # the next policy's server starts from the pool this one leaves
         left = requests // 3
         steps = stalled = 0
-        ended_so_far: set[int] = set()  # server.results' ids: in an isolated check each read copies the dict
+        ended_so_far: set[int] = set()  # server.results' ids
         # read once: in an isolated check each attribute read is a round trip to the learner's process
-        is_idle, take_step, num_free = server.idle, server.step, server.pool.num_free
+        is_idle, take_step, num_free, submit = server.idle, server.step, server.pool.num_free, server.submit
+        # a step and what is read around it, in one round trip when isolated (results' ids alone: the
+        # whole dict, growing, would cross every step)
+        around_a_step = [(is_idle, ()), (take_step, ()), (keys_of, (server, "results")),
+                         (getattr, (server, "running")), (num_free, ())]
         while left or not is_idle():
             for _ in range(min(left, rnd.choice([0, 0, 1, 3]))):
                 stop_at = rnd.choice([None, rnd.randint(1, 8)])
@@ -1039,12 +1043,12 @@ def conserved(seed: int, requests: int) -> dict:
                     return stop_at is None or len(mine) < stop_at
 
                 prompt = [rnd.randrange(6) for _ in range(rnd.randint(1, 10))]
-                server.submit(prompt, SamplingParams(temperature=rnd.choice([0.0, 1.0])), seed=rnd.randrange(99),
-                              max_new=rnd.randint(0, 14), eos=[rnd.randrange(24)], on_token=listener)
+                submit(prompt, SamplingParams(temperature=rnd.choice([0.0, 1.0])), seed=rnd.randrange(99),
+                       max_new=rnd.randint(0, 14), eos=[rnd.randrange(24)], on_token=listener)
                 left -= 1
-            idle, heard_before = is_idle(), len(heard)
-            report = take_step()
-            now = set(server.results)
+            heard_before = len(heard)
+            idle, report, ended_ids, running, free = in_turn(around_a_step)
+            now = set(ended_ids)
             ended, ended_so_far = sorted(now - ended_so_far), now
             if sorted(report.finished) != sorted(ended):
                 note(f"{policy}: requests {sorted(ended)} ended in a step that reports finished {report.finished}")
@@ -1061,10 +1065,9 @@ def conserved(seed: int, requests: int) -> dict:
                 note(f"{policy}: " + (f"not idle after {steps} steps" if stalled < 3 else
                                       "3 steps in a row without a token or an end") + f": {still_held(server)}")
                 break
-            running = server.running
             held = sum(len(r.table) for r in running)
             wrong = [r.rid for r in running if len(r.table) != -(-r.cached // 4)]
-            in_use = 48 - num_free()
+            in_use = 48 - free
             if wrong or in_use != held:
                 note(f"{policy}: after a step {in_use} blocks in use, the running requests' caches need {held}"
                      + (f"; request {wrong[0]}'s table does not fit its cache" if wrong else ""))

@@ -49,6 +49,7 @@ import rpyc
 from rpyc.core.channel import Channel
 from rpyc.core.stream import SocketStream
 
+from grader.cases import keys_of
 from grader.child.learner_server import NUMERIC_KINDS, RPC_CONFIG, SCALARS, Objects, builtin_base, kept, rebuild, resolve
 from grader.core.protocol import (CHECK_CPU_ENV, IMPL_ENV, LEARNER_IMPL_ENV, LEARNER_SANDBOX_ENV, LEARNER_SERVER, RPC_FD_ENV,
                                   TEST_TIMEOUT_ENV, TEST_TIMEOUTS_ENV, WALL_FACTOR, kernel_env)
@@ -416,21 +417,49 @@ def _function_of(op: str, spec: tuple) -> str | None:
     return None
 
 
-def invoke_each(spec: tuple, calls: list[tuple]) -> list:
-    """Call ``spec`` with each argument tuple of ``calls`` in the learner's process, as a loop would."""
-    calls = [(list(args), {}) for args in calls]
-    data = _reply("invoke", _dumps(("map", spec, calls, {})), function=_function_of("call", spec))
+def invoke_in_turn(requests: list[tuple[str, tuple, list]]) -> list:
+    """Run each ``(op, spec, args)`` of ``requests`` in the learner's process, in order and in one
+    exchange, as :func:`invoke` would one by one; their results, decoded. The first that raises
+    ends the turn, and its exception is raised here."""
+    sent = [(op, spec, list(args), {}) for op, spec, args in requests]
+    named = {_function_of(op, spec) for op, spec, _ in requests}
+    data = _reply("invoke", _dumps(("in_turn", None, sent, {})), function=named.pop() if len(named) == 1 else None)
     for item in data.get("after") or []:
-        if type(item) is list and len(item) == 2 and type(item[0]) is int and 0 <= item[0] < len(calls):
-            args = calls[item[0]][0]
+        if type(item) is list and len(item) == 2 and type(item[0]) is int and 0 <= item[0] < len(sent):
+            args = sent[item[0]][2]
             for key, state in item[1] if type(item[1]) is list else []:
                 _copy_back(args[key] if type(key) is int and 0 <= key < len(args) else None, state)
     if "raise" in data:
         raise _exception(data["raise"])
     results = data.get("ok")
-    if type(results) is not list or len(results) != len(calls):
+    if type(results) is not list or len(results) != len(sent):
         raise LearnerGone("the process running the code under test answered with something other than data")
     return [decode(r) for r in results]
+
+
+def invoke_each(spec: tuple, calls: list[tuple]) -> list:
+    """Call ``spec`` with each argument tuple of ``calls`` in the learner's process, as a loop would."""
+    return invoke_in_turn([("call", spec, args) for args in calls])
+
+
+def _in_turn(calls: list[tuple]) -> list:
+    """What :func:`grader.cases.in_turn` asks of an isolated check: each ``(function, args)``, a
+    function or method of the code under test, or ``getattr`` or ``keys_of`` of one of its objects,
+    in one exchange."""
+    requests = []
+    for function, args in calls:
+        if function is getattr or function is keys_of:
+            owner, name = args
+            if not isinstance(owner, Handle):
+                raise TypeError("in_turn reads attributes of the code under test's objects only")
+            requests.append(("getattr" if function is getattr else "keys", owner._ol_spec(), [Handle._ol_name(name)]))
+        elif isinstance(function, _RemoteMeta):     # a class of theirs: constructing one
+            requests.append(("call", ("path", *function._ol_path), list(args)))
+        else:
+            requests.append(("call", function._ol_call_spec(), list(args)))
+    results = invoke_in_turn(requests)
+    return [args[0]._ol_read(args[1], value) if function is getattr else value
+            for (function, args), value in zip(calls, results)]
 
 
 def bind_module(name: str, namespace: dict) -> None:
@@ -560,12 +589,17 @@ class RemoteFunction:
         self.__module__ = module
 
     def __call__(self, *args, **kwargs):
-        return invoke("call", ("path", *self._ol_path), args, kwargs)
+        return invoke("call", self._ol_call_spec(), args, kwargs)
 
     def ol_each(self, calls: list[tuple]) -> list:
         """The function called once per argument tuple in ``calls``, in one exchange with the
         learner's process (what :func:`grader.cases.each` asks for)."""
-        return invoke_each(("path", *self._ol_path), calls)
+        return invoke_each(self._ol_call_spec(), calls)
+
+    _ol_in_turn = staticmethod(_in_turn)
+
+    def _ol_call_spec(self) -> tuple:
+        return ("path", *self._ol_path)
 
     def __reduce__(self):
         return resolve, self._ol_path
@@ -578,9 +612,17 @@ class Handle:
     """An object that lives in the learner's process; its attributes and methods run there."""
 
     def __getattr__(self, name: str):
+        return self._ol_read(name, invoke("getattr", self._ol_spec(), [self._ol_name(name)]))
+
+    @staticmethod
+    def _ol_name(name: str) -> str:
+        """An attribute name the judge may read through a handle: none of Python's or ol's own."""
         if name.startswith("__") or name.startswith("_ol_"):
             raise AttributeError(name)
-        value = invoke("getattr", self._ol_spec(), [name])
+        return name
+
+    def _ol_read(self, name: str, value):
+        """``value``, read as attribute ``name``: an array keeps its way back here (:class:`AttributeArray`)."""
         if type(value) is np.ndarray:
             value = value.view(AttributeArray)
             value._ol_owner = (self, name)
@@ -590,6 +632,9 @@ class Handle:
         if self._ol_generation != _session().generation:
             raise LearnerGone("this object belonged to a process of the code under test that has ended")
         return ("kept", self._ol_number)
+
+    _ol_call_spec = _ol_spec
+    _ol_in_turn = staticmethod(_in_turn)
 
     def __call__(self, *args, **kwargs):
         return invoke("call", self._ol_spec(), args, kwargs)

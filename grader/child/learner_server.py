@@ -329,6 +329,8 @@ def _invoke(op: str, spec, args: list, kwargs: dict):
         return target(*args, **kwargs)
     if op == "getattr":
         return getattr(target, args[0])
+    if op == "keys":        # a dict attribute's keys, without its values (grader.cases.keys_of)
+        return list(getattr(target, args[0]))
     if op == "len":
         return len(target)
     if op == "iter":
@@ -426,8 +428,8 @@ class LearnerService(rpyc.Service):
     def exposed_invoke(self, payload: bytes) -> str:
         try:
             op, spec, args, kwargs = _load(bytes(payload))
-            if op == "map":
-                return json.dumps(_map(spec, args))
+            if op == "in_turn":
+                return json.dumps(_in_turn(args))
             before = _before(args, kwargs) if op == "call" else {}
         except BaseException as err:
             return json.dumps({"raise": _raised(err)})
@@ -456,14 +458,15 @@ def _raised(err: BaseException) -> list:
     return encode_error(err)["$raise"]
 
 
-def _map(spec, calls: list) -> dict:
-    """Call ``spec`` once per ``(args, kwargs)`` in order, as a loop would: the results, the changed
-    arguments of each call, and the first exception (which ends the loop)."""
+def _in_turn(requests: list) -> dict:
+    """Each ``(op, spec, args, kwargs)`` of ``requests`` in order, as the judge would send them one
+    by one: each result encoded as it comes (a later call does not change what an earlier read
+    saw), the changed arguments of each call, and the first exception (which ends the turn)."""
     results, after = [], []
-    for i, (args, kwargs) in enumerate(calls):
-        before = _before(args, kwargs)
+    for i, (op, spec, args, kwargs) in enumerate(requests):
+        before = _before(args, kwargs) if op == "call" else {}
         try:
-            results.append(encode(_invoke("call", spec, args, kwargs)))
+            results.append(encode(_invoke(op, spec, args, kwargs)))
         except BaseException as err:
             after.append([i, _after_anyway(args, kwargs, before)])
             return {"raise": _raised(err), "after": after}
