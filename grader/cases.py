@@ -101,11 +101,8 @@ class Case:
 def each(function: Callable, calls: list[tuple]) -> list[Any]:
     """``[function(*args) for args in calls]``: in an isolated check, in one exchange with the process
     running the code under test rather than one per call (many calls of one function, as a
-    statistical test makes)."""
-    batch = getattr(function, "ol_each", None)
-    if batch is not None:
-        return batch(calls)
-    return [function(*args) for args in calls]
+    statistical test makes; :func:`in_turn`)."""
+    return in_turn([(function, args) for args in calls])
 
 
 def keys_of(owner: Any, name: str) -> list:

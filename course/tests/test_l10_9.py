@@ -711,8 +711,9 @@ def model_drafter_counts() -> list[int]:
     drafter = ModelDrafter(draft_model(6), SamplingParams(temperature=1.0), 2, 0, 2)
     target = TreeTableTarget(6, 17, order=1, scale=1.0)
     calls = []
-    for s in each(stream, [(seed,) for seed in range(MODEL_SEEDS)]):
-        tree = drafter.propose(STAT_PROMPT[:-1], STAT_PROMPT[-1], 2)
+    streams = each(stream, [(seed,) for seed in range(MODEL_SEEDS)])
+    trees = each(drafter.propose, [(STAT_PROMPT[:-1], STAT_PROMPT[-1], 2) for _ in range(MODEL_SEEDS)])
+    for s, tree in zip(streams, trees):
         rows = [target._logits_at(STAT_PROMPT + [tree.tokens[i] for i in path[1:]])
                 for path in ([0], [0, 1], [0, 2])[:len(tree.tokens)]]
         calls.append((rows, tree, SamplingParams(temperature=1.0), [], [], s))

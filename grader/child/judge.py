@@ -437,11 +437,6 @@ def invoke_in_turn(requests: list[tuple[str, tuple, list]]) -> list:
     return [decode(r) for r in results]
 
 
-def invoke_each(spec: tuple, calls: list[tuple]) -> list:
-    """Call ``spec`` with each argument tuple of ``calls`` in the learner's process, as a loop would."""
-    return invoke_in_turn([("call", spec, args) for args in calls])
-
-
 def _in_turn(calls: list[tuple]) -> list:
     """What :func:`grader.cases.in_turn` asks of an isolated check: each ``(function, args)``, a
     function or method of the code under test, or ``getattr`` or ``keys_of`` of one of its objects,
@@ -590,11 +585,6 @@ class RemoteFunction:
 
     def __call__(self, *args, **kwargs):
         return invoke("call", self._ol_call_spec(), args, kwargs)
-
-    def ol_each(self, calls: list[tuple]) -> list:
-        """The function called once per argument tuple in ``calls``, in one exchange with the
-        learner's process (what :func:`grader.cases.each` asks for)."""
-        return invoke_each(self._ol_call_spec(), calls)
 
     _ol_in_turn = staticmethod(_in_turn)
 
